@@ -1,0 +1,311 @@
+"""The llama.cpp backend over llama-cpp-python's low-level API.
+
+One reusable ``llama_batch``; logits requested per row; ``llama_memory_seq_rm`` rewinds the cache;
+logits are read as a zero-copy numpy view of the context's output buffer (valid until the next
+forward). Every error path leaves the KV cache at the length it had before the failed call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from fucina.errors import ContextOverflow, DecodeError, InvalidOption, ModelLoadError, NotRewindable
+
+try:
+    import llama_cpp as _ll
+    from llama_cpp import _logger as _ll_logger
+except ImportError as exc:  # pragma: no cover - the package is a hard dependency
+    raise ImportError("fucina's llama.cpp backend needs llama-cpp-python: pip install fucina") from exc
+
+_init_lock = threading.Lock()
+_backend_ready = False
+
+
+@_ll.llama_log_callback
+def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp's load chatter would bury the one-line stats; errors surface as exceptions.
+    return None
+
+
+def _ensure_backend(verbose: bool) -> None:
+    global _backend_ready
+    _ll_logger.set_verbose(verbose)
+    if verbose:
+        _ll.llama_log_set(_ll_logger.llama_log_callback, ctypes.c_void_p(0))
+    else:
+        _ll.llama_log_set(_quiet_log, ctypes.c_void_p(0))
+    with _init_lock:
+        if not _backend_ready:
+            _ll.llama_backend_init()
+            _backend_ready = True
+
+
+def default_threads() -> int:
+    """Threads default to the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LlamaOptions:
+    """How a GGUF model is loaded.
+
+    ``use_extra_bufts=False`` and ``flash_attn=False`` are part of the batch-invariant (exact) mode:
+    CPU weight repacking takes a different kernel for batches >= 4, so batched verify rows would
+    differ from single-step rows.
+    """
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int | None = None
+    use_extra_bufts: bool = True
+    flash_attn: bool = False
+    #: Full-size sliding-window cache (Gemma 3): rewinds need the rows a pruned SWA cache drops.
+    swa_full: bool = True
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 16:
+            raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
+        if not 1 <= self.n_batch <= self.n_ctx:
+            raise InvalidOption(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise InvalidOption(f"n_threads must be >= 1, got {self.n_threads}")
+
+
+class LlamaVocab:
+    """Tokenizer side of a GGUF model; can be loaded without weights (``vocab_only``)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, vocab_only: bool = True, verbose: bool = False,
+                 _model_params=None) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"no GGUF file at {self.path}")
+        _ensure_backend(verbose)
+        params = _model_params if _model_params is not None else _ll.llama_model_default_params()
+        params.vocab_only = vocab_only
+        self._model = _ll.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF it supports?)")
+        self._vocab = _ll.llama_model_get_vocab(self._model)
+        self.vocab_size: int = _ll.llama_vocab_n_tokens(self._vocab)
+        self.add_bos_default: bool = bool(_ll.llama_vocab_get_add_bos(self._vocab))
+        self.bos_id: int = int(_ll.llama_vocab_bos(self._vocab))
+        self.eos_ids = frozenset(self._scan_eog())
+        self._pieces: dict[int, bytes] = {}
+        self._tok_buf = (_ll.llama_token * 4096)()
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def _scan_eog(self) -> list[int]:
+        # llama.cpp's end-of-generation set (EOS, EOT, <end_of_turn>, ...); one pass at load.
+        is_eog = _ll.llama_vocab_is_eog
+        return [t for t in range(self.vocab_size) if is_eog(self._vocab, t)]
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of ``text`` exactly as llama.cpp's tokenizer produces them."""
+        data = text.encode("utf-8")
+        buf = self._tok_buf
+        n = _ll.llama_tokenize(self._vocab, data, len(data), buf, len(buf), add_bos, special)
+        if n < 0:
+            buf = (_ll.llama_token * (-n))()
+            n = _ll.llama_tokenize(self._vocab, data, len(data), buf, len(buf), add_bos, special)
+            if n < 0:  # pragma: no cover - llama.cpp reported a size it then refused
+                raise DecodeError(f"tokenization of {len(data)} bytes failed")
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """Raw bytes of one token (control tokens render empty)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            n = _ll.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, False)
+            if n < 0:  # pragma: no cover - pieces longer than 256 bytes
+                buf = ctypes.create_string_buffer(-n)
+                n = _ll.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+                piece = buf.raw[:n]
+            else:
+                piece = self._piece_buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        """The template string stored in the GGUF, or None when the model has none."""
+        raw = _ll.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_assistant: bool = True,
+                            template: str | None = None) -> str:
+        """Render ``messages`` with llama.cpp's built-in template engine.
+
+        Raises :class:`InvalidOption` when the model has no template and none is given.
+        """
+        tmpl = template if template is not None else self.chat_template()
+        if tmpl is None:
+            raise InvalidOption(
+                f"{self.path.name} has no chat template; pass an explicit template or use a raw prompt"
+            )
+        arr = (_ll.llama_chat_message * len(messages))()
+        keep = []
+        for i, m in enumerate(messages):
+            role, content = m["role"].encode(), m["content"].encode()
+            keep += [role, content]
+            arr[i].role, arr[i].content = role, content
+        size = 4096 + 2 * sum(len(k) for k in keep)
+        buf = ctypes.create_string_buffer(size)
+        n = _ll.llama_chat_apply_template(tmpl.encode(), arr, len(messages), add_assistant, buf, size)
+        if n < 0:
+            raise InvalidOption(f"llama.cpp does not support the chat template of {self.path.name}")
+        if n > size:
+            buf = ctypes.create_string_buffer(n)
+            n = _ll.llama_chat_apply_template(tmpl.encode(), arr, len(messages), add_assistant, buf, n)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if getattr(self, "_model", None):
+            _ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LlamaModel(LlamaVocab):
+    """A GGUF model with a context; implements :class:`fucina.model.Model`."""
+
+    def __init__(self, path: str | os.PathLike[str], options: LlamaOptions | None = None) -> None:
+        self.options = opts = options or LlamaOptions()
+        mparams = _ll.llama_model_default_params()
+        mparams.use_extra_bufts = opts.use_extra_bufts
+        super().__init__(path, vocab_only=False, verbose=opts.verbose, _model_params=mparams)
+        self.rewindable = not (_ll.llama_model_is_recurrent(self._model) or _ll.llama_model_is_hybrid(self._model))
+        self.n_threads = opts.n_threads or default_threads()
+        cparams = _ll.llama_context_default_params()
+        cparams.n_ctx = opts.n_ctx
+        cparams.n_batch = cparams.n_ubatch = opts.n_batch
+        cparams.n_threads = cparams.n_threads_batch = self.n_threads
+        cparams.flash_attn_type = (
+            _ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if opts.flash_attn else _ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        cparams.no_perf = True
+        # Sliding-window models (Gemma 3) prune the SWA cache past the window; a full-size SWA cache
+        # keeps the rows a rewind needs.
+        cparams.swa_full = opts.swa_full
+        self._ctx = _ll.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise ModelLoadError(f"llama.cpp could not create a context for {self.path} (n_ctx={opts.n_ctx})")
+        self.context_length: int = _ll.llama_n_ctx(self._ctx)
+        self.n_ctx_train: int = _ll.llama_model_n_ctx_train(self._model)
+        self._mem = _ll.llama_get_memory(self._ctx)
+        self._batch = _ll.llama_batch_init(opts.n_batch, 0, 1)
+        self._n = 0
+
+    # -- cache -------------------------------------------------------------------------------
+    @property
+    def kv_len(self) -> int:
+        return self._n
+
+    def truncate(self, n: int) -> None:
+        if n < 0:
+            raise InvalidOption(f"truncate length must be >= 0, got {n}")
+        if n >= self._n:
+            return
+        if not self.rewindable:
+            raise NotRewindable(f"{self.path.name} is recurrent/hybrid: its state cannot be rewound")
+        if not _ll.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise DecodeError(f"llama.cpp refused to truncate the cache to {n}")
+        self._n = n
+
+    def reset(self) -> None:
+        _ll.llama_memory_clear(self._mem, True)
+        self._n = 0
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward_step(self, tokens: Sequence[int]) -> np.ndarray:
+        return self._forward(tokens, all_logits=False)[-1]
+
+    def forward_step_all_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        return self._forward(tokens, all_logits=True)
+
+    def _forward(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+        k = len(tokens)
+        if k == 0:
+            raise InvalidOption("forward needs at least one token")
+        if self._n + k > self.context_length:
+            raise ContextOverflow(
+                f"{self._n} cached + {k} new tokens exceed the context of {self.context_length}"
+            )
+        if all_logits and k > self.options.n_batch:
+            raise InvalidOption(f"all-logits forward of {k} tokens exceeds n_batch={self.options.n_batch}")
+        vocab = self.vocab_size
+        start = self._n
+        try:
+            # Long prompts go in n_batch chunks; only the final chunk's last row (or every row) is output.
+            for c0 in range(0, k, self.options.n_batch):
+                chunk = tokens[c0 : c0 + self.options.n_batch]
+                last_chunk = c0 + len(chunk) == k
+                self._fill_batch(chunk, self._n, all_logits, last_chunk)
+                rc = _ll.llama_decode(self._ctx, self._batch)
+                if rc != 0:
+                    raise DecodeError(f"llama_decode failed with code {rc} at position {self._n}")
+                self._n += len(chunk)
+        except BaseException:
+            # Whatever failed (engine, bad id, KeyboardInterrupt), the cache goes back to where it was.
+            _ll.llama_memory_seq_rm(self._mem, 0, start, -1)
+            self._n = start
+            raise
+        rows = len(chunk) if all_logits else 1
+        ptr = _ll.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, vocab))
+
+    def _fill_batch(self, chunk: Sequence[int], pos0: int, all_logits: bool, last_chunk: bool) -> None:
+        b = self._batch
+        n = len(chunk)
+        vocab = self.vocab_size
+        for i, t in enumerate(chunk):
+            t = int(t)
+            if not 0 <= t < vocab:
+                raise InvalidOption(f"token id {t} outside the vocabulary [0, {vocab})")
+            b.token[i] = t
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = all_logits and last_chunk
+        if last_chunk:
+            b.logits[n - 1] = True
+        b.n_tokens = n
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            _ll.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            _ll.llama_free(self._ctx)
+            self._ctx = None
+        super().close()
+
+
+def load_tokenizer(model: str | None = None) -> LlamaVocab:
+    """A vocab-only view of ``model`` (name or path; None = the default): no weights are loaded."""
+    from fucina.models import resolve_model
+
+    return LlamaVocab(resolve_model(model), vocab_only=True)
+
+
+def system_info() -> str:
+    """llama.cpp's build/CPU feature line."""
+    return _ll.llama_print_system_info().decode("utf-8", "replace").strip()

