@@ -152,14 +152,10 @@ def build_spec_decoder(model, sampler, args, refs: Sequence[Sequence[int]] = (),
     index = SpeculationIndex(model.vocab_size)
     for r in refs:
         index.add_reference(r)
-    gate = GateOptions()
-    if getattr(args, "exact", False):
-        # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
-        from fucina.doctor import cached_report, exact_draft_cap
+    from fucina.doctor import cached_report, effective_max_draft
 
-        cap = exact_draft_cap(cached_report(model))
-        if cap is not None:
-            gate = GateOptions(max_draft=min(gate.max_draft, cap))
+    # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
+    gate = GateOptions(max_draft=effective_max_draft(cached_report(model), getattr(args, "exact", False)))
     return SpeculativeDecoder(model, index, sampler, SpecOptions(gate=gate, gate_enabled=not args.no_gate),
                               cost_table=table, clock=time.perf_counter)
 
@@ -195,18 +191,15 @@ def cmd_generate(args) -> int:
     out.flush()
     print(str(stats), file=sys.stderr)
     if spec:
-        print(f"{decoder.stats}  {decoder.gate}  level={_level_of(model)}", file=sys.stderr)
+        print(f"{decoder.stats}  {decoder.gate}  level={_level_of(model, decoder.gate.options.max_draft)}", file=sys.stderr)
         print(f"spec sources: {decoder.source.stats()}", file=sys.stderr)
     return 0
 
 
-def _level_of(model) -> str:
-    try:
-        from fucina.doctor import cached_level
+def _level_of(model, max_draft: int) -> str:
+    from fucina.doctor import cached_report, level_for
 
-        return cached_level(model)
-    except ImportError:  # pragma: no cover
-        return "unknown"
+    return level_for(cached_report(model), max_draft)
 
 
 def cmd_spec_bench(args) -> int:

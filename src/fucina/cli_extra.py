@@ -34,21 +34,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_doctor(args) -> int:
     from fucina.cli import _load
-    from fucina.doctor import advice, check_batch_invariance, engine_info, save_report
+    from fucina.doctor import advice, check_batch_invariance, effective_max_draft, engine_info, level_for, save_report
 
     info = engine_info()
     model = _load(args)
     report = check_batch_invariance(model)
     save_report(model, report)
     tips = advice(report, info, exact_load=args.exact)
+    max_draft = effective_max_draft(report, args.exact)
     if args.json:
         print(json.dumps({"engine": info, "model": str(model.path), "exact_load": args.exact,
+                          "level": level_for(report, max_draft), "max_draft": max_draft,
                           "report": report.__dict__, "advice": tips}, indent=1, default=list))
         return 0
     for k, v in info.items():
         print(f"{k:>18}: {v}")
     print(f"{'model':>18}: {model.path.name} (load: {'exact' if args.exact else 'standard'})")
-    print(str(report))
+    print(report.describe(max_draft))
     for t in tips:
         print(f"  - {t}")
     return 0

@@ -30,9 +30,8 @@ _PROMPT = "In the beginning the archive held only letters, maps and a few photog
 
 @dataclass(frozen=True)
 class InvarianceReport:
-    """Result of the batch-invariance self-check."""
+    """Facts from the batch-invariance self-check (the level depends on the draft cap in use)."""
 
-    level: str  # "exact" or "distribution"
     ks: tuple[int, ...]
     rows: int
     mismatched_rows: int
@@ -41,15 +40,30 @@ class InvarianceReport:
     #: Largest batch size n such that every tested batch <= n was bitwise equal (0: none).
     max_exact_rows: int = 0
 
-    def __str__(self) -> str:
-        cap = ""
-        if self.level == "exact" and self.max_exact_rows < max(self.ks):
-            cap = f" with verify batches capped at {self.max_exact_rows} rows (drafts <= {self.max_exact_rows - 1})"
+    @property
+    def level(self) -> str:
+        """The level for default-length drafts (no cap)."""
+        return level_for(self, DEFAULT_MAX_DRAFT)
+
+    def describe(self, max_draft: int = 16) -> str:
+        lvl = level_for(self, max_draft)
+        cap = f" (drafts capped at {max_draft})" if lvl == "exact" and max_draft < DEFAULT_MAX_DRAFT else ""
         return (
-            f"level: {self.level}{cap}  ({self.rows} rows over batch sizes {list(self.ks)}: "
+            f"level: {lvl}{cap}  ({self.rows} rows over batch sizes {list(self.ks)}: "
             f"{self.mismatched_rows} not bitwise equal, {self.argmax_flips} argmax flips, "
-            f"max |dlogit| = {self.max_abs_diff:.4g})"
+            f"max |dlogit| = {self.max_abs_diff:.4g}; bitwise up to {self.max_exact_rows} rows)"
         )
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+DEFAULT_MAX_DRAFT = 16
+
+
+def level_for(report: InvarianceReport, max_draft: int) -> str:
+    """"exact" when every verify the decoder can issue (<= max_draft + 1 rows) is bitwise."""
+    return "exact" if max_draft + 1 <= report.max_exact_rows else "distribution"
 
 
 #: Batch sizes probed: every small size (kernels switch paths at small thresholds), then a few large.
@@ -89,9 +103,7 @@ def check_batch_invariance(model, ks: Sequence[int] = DEFAULT_KS, prompt: Sequen
     model.reset()
     ok = [k for k in sorted(ks) if not bad_ks or k < min(bad_ks)]
     max_rows = max(ok) if ok else 0
-    # Exact holds when verifies stay within the invariant range and that range is worth speculating in.
-    level = "exact" if max_rows >= MIN_USEFUL_ROWS else "distribution"
-    return InvarianceReport(level, tuple(sorted(ks)), rows, mism, flips, worst, max_rows)
+    return InvarianceReport(tuple(sorted(ks)), rows, mism, flips, worst, max_rows)
 
 
 def _level_cache(model) -> Path:
@@ -120,14 +132,9 @@ def save_report(model, report: InvarianceReport) -> None:
     path.write_text(json.dumps(asdict(report)))
 
 
-def cached_level(model) -> str:
-    """"exact" or "distribution" for this model as loaded (see :func:`cached_report`)."""
-    return cached_report(model).level
-
-
 def exact_draft_cap(report: InvarianceReport) -> int | None:
-    """Longest draft that keeps verifies bitwise (None: no cap needed or exact does not hold)."""
-    if report.level != "exact" or report.max_exact_rows >= max(report.ks):
+    """Longest draft keeping every verify bitwise, when a cap is needed and still worth speculating."""
+    if report.max_exact_rows >= DEFAULT_MAX_DRAFT + 1 or report.max_exact_rows < MIN_USEFUL_ROWS:
         return None
     return report.max_exact_rows - 1
 
@@ -151,10 +158,19 @@ def engine_info() -> dict[str, str]:
     }
 
 
+def effective_max_draft(report: InvarianceReport, exact_mode: bool) -> int:
+    """The draft cap `--spec` uses: capped in --exact mode when the engine needs it, else the default."""
+    cap = exact_draft_cap(report) if exact_mode else None
+    return cap if cap is not None else DEFAULT_MAX_DRAFT
+
+
 def advice(report: InvarianceReport, info: dict[str, str], exact_load: bool) -> list[str]:
     """What the user should do to reach *exact*, given what was found."""
-    if report.level == "exact":
-        return ["speculative output is bit-identical to plain decoding on this configuration"]
+    if level_for(report, effective_max_draft(report, exact_load)) == "exact":
+        tips = ["speculative output is bit-identical to plain decoding on this configuration"]
+        if report.max_exact_rows < DEFAULT_MAX_DRAFT + 1:
+            tips.append(f"(--exact caps drafts at {report.max_exact_rows - 1}: larger batches take another kernel path)")
+        return tips
     tips = ["speculative output follows the target distribution; batched rounding can flip near-ties"]
     if info.get("llamafile sgemm") == "on":
         tips.append(f"to get exact: rebuild the engine without llamafile sgemm: {EXACT_INSTALL}")

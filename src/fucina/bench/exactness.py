@@ -92,13 +92,18 @@ def _plain(model, prompt, opts, n, stops):
     return out, rows
 
 
-def _spec(model, prompt, opts, n, stops, table, max_draft):
+def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", expected=()):
     from fucina.speculative.cascade import SpeculationIndex
     from fucina.speculative.core import SpecOptions, SpeculativeDecoder
     from fucina.speculative.gate import GateOptions
+    from fucina.speculative.scripted import ScriptedSource
 
     model.reset()
-    d = SpeculativeDecoder(model, SpeculationIndex(model.vocab_size), Sampler(opts),
+    if source == "cascade":
+        src = SpeculationIndex(model.vocab_size)
+    else:  # scripted adversaries drafting around the plain run's own continuation
+        src = ScriptedSource(list(prompt) + list(expected), model.vocab_size, source, seed=1)
+    d = SpeculativeDecoder(model, src, Sampler(opts),
                            SpecOptions(gate=GateOptions(max_draft=max_draft), gate_enabled=False), cost_table=table)
     d.feed(prompt)
     out = list(d.generate(n, stops))
@@ -106,16 +111,15 @@ def _spec(model, prompt, opts, n, stops, table, max_draft):
 
 
 def compare(model, name: str, prompts: Sequence[tuple[str, str]], gen: int, exact_load: bool,
-            modes: Sequence[str] = ("greedy", "sampled")) -> ExactnessResult:
+            modes: Sequence[str] = ("greedy", "sampled"), sources: Sequence[str] = ("cascade",)) -> ExactnessResult:
     from fucina.speculative.costs import CostTable
 
-    from fucina.doctor import check_batch_invariance, exact_draft_cap
+    from fucina.doctor import check_batch_invariance, effective_max_draft
 
     table = CostTable(((2, 1.0),), "exactness audit: gate is forced open, costs unused")
     stops = model.eos_ids
     # The same draft cap `fucina generate --exact --spec` applies (None: the engine needs none).
-    cap = exact_draft_cap(check_batch_invariance(model)) if exact_load else None
-    max_draft = cap or 16
+    max_draft = effective_max_draft(check_batch_invariance(model), exact_load)
     runs = same = ver = acc = dr = 0
     divs: list[Divergence] = []
     for pid, text in prompts:
@@ -123,21 +127,22 @@ def compare(model, name: str, prompts: Sequence[tuple[str, str]], gen: int, exac
         for mode in modes:
             opts = GREEDY if mode == "greedy" else SAMPLED
             plain, rows = _plain(model, prompt, opts, gen, stops)
-            spec, st = _spec(model, prompt, opts, gen, stops, table, max_draft)
-            runs += 1
-            ver, acc, dr = ver + st.verifies, acc + st.accepted, dr + st.drafted
-            if spec == plain:
-                same += 1
-                continue
-            i = next((j for j, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
-            if i < len(rows) and i < len(spec):
-                r = rows[i]
-                top2 = np.partition(r, -2)[-2:]
-                order = np.argsort(r)[::-1][:2]
-                divs.append(Divergence(pid, mode, i, plain[i], spec[i], float(top2[1] - top2[0]),
-                                       int(order[1]) == spec[i]))
-            else:
-                divs.append(Divergence(pid, mode, i, -1, -1, float("nan"), False))
+            for source in sources:
+                spec, st = _spec(model, prompt, opts, gen, stops, table, max_draft, source, plain)
+                runs += 1
+                ver, acc, dr = ver + st.verifies, acc + st.accepted, dr + st.drafted
+                if spec == plain:
+                    same += 1
+                    continue
+                i = next((j for j, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
+                if i < len(rows) and i < len(spec):
+                    r = rows[i]
+                    top2 = np.partition(r, -2)[-2:]
+                    order = np.argsort(r)[::-1][:2]
+                    divs.append(Divergence(pid, f"{mode}/{source}", i, plain[i], spec[i], float(top2[1] - top2[0]),
+                                           int(order[1]) == spec[i]))
+                else:
+                    divs.append(Divergence(pid, f"{mode}/{source}", i, -1, -1, float("nan"), False))
     model.reset()
     return ExactnessResult(name, exact_load, runs, same, tuple(divs), ver, acc, dr, max_draft)
 
@@ -148,7 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--exact-load", action="store_true", help="use_extra_bufts=False")
+    ap.add_argument("--bufts", action="store_true", help="with --exact-load: re-enable use_extra_bufts (to show the check bites)")
     ap.add_argument("--modes", default="greedy,sampled")
+    ap.add_argument("--sources", default="cascade", help="comma list of cascade,perfect,garbage,alternating,partial")
     ap.add_argument("--bench-dir", default=str(DEFAULT_BENCH_DIR))
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -157,8 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = dev_prompts(a.prompts, Path(a.bench_dir))
     results = []
     for name in a.model or ["gemma3-270m", "smollm2-135m"]:
-        model = load_model(name, n_ctx=2048, use_extra_bufts=not a.exact_load)
-        res = compare(model, name, prompts, a.gen, a.exact_load, a.modes.split(","))
+        model = load_model(name, n_ctx=2048, use_extra_bufts=(not a.exact_load) or a.bufts)
+        res = compare(model, name, prompts, a.gen, a.exact_load, a.modes.split(","), a.sources.split(","))
         model.close()
         results.append(res)
         if not a.json:

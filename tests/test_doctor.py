@@ -1,0 +1,54 @@
+"""Batch-invariance self-check and the doctor command."""
+
+import numpy as np
+import pytest
+
+from fucina.backends.fake import FakeModel
+from fucina.cli import main
+from fucina.doctor import check_batch_invariance, effective_max_draft, exact_draft_cap, level_for
+
+
+class DriftAbove(FakeModel):
+    """Batched rows drift once a batch has >= `threshold` rows, like a kernel switching path."""
+
+    def __init__(self, threshold, **kw):
+        super().__init__(**kw)
+        self.threshold = threshold
+
+    def forward_step_all_logits(self, tokens):
+        rows = super().forward_step_all_logits(tokens)
+        if len(tokens) >= self.threshold:
+            rows = rows + np.float32(1e-3)
+        return rows
+
+
+def test_fake_backend_is_exact_everywhere():
+    r = check_batch_invariance(FakeModel())
+    assert r.level == "exact" and r.mismatched_rows == 0 and r.max_exact_rows == 32
+    assert exact_draft_cap(r) is None and effective_max_draft(r, True) == 16
+
+
+def test_drift_above_a_batch_size_caps_drafts():
+    r = check_batch_invariance(DriftAbove(8))
+    assert r.level == "distribution"  # full-length drafts would cross the drift
+    assert r.max_exact_rows == 7 and r.mismatched_rows > 0
+    assert exact_draft_cap(r) == 6 and effective_max_draft(r, True) == 6
+    assert level_for(r, 6) == "exact" and level_for(r, 7) == "distribution"
+
+
+def test_drift_everywhere_is_distribution():
+    r = check_batch_invariance(DriftAbove(2))
+    assert r.level == "distribution" and r.max_exact_rows == 0 and exact_draft_cap(r) is None
+    assert "distribution" in str(r)
+
+
+@pytest.mark.real_model
+def test_doctor_on_the_standard_build_says_distribution_and_explains(capsys):
+    from fucina.doctor import engine_info
+
+    if engine_info()["llamafile sgemm"] != "on":
+        pytest.skip("the installed engine is not the standard build")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "level: distribution" in out
+    assert "-DGGML_LLAMAFILE=OFF" in out and "--exact" in out
