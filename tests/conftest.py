@@ -5,6 +5,20 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Measured cost tables and doctor reports go to a per-session directory, not the user's cache."""
+    import os
+
+    old = os.environ.get("FUCINA_CACHE")
+    os.environ["FUCINA_CACHE"] = str(tmp_path_factory.mktemp("fucina-cache"))
+    yield
+    if old is None:
+        os.environ.pop("FUCINA_CACHE", None)
+    else:
+        os.environ["FUCINA_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def gemma():
     """The embedded default model (Gemma 3 270M base, Q4_K_M), standard (non-exact) load."""

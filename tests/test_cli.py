@@ -57,3 +57,34 @@ def test_tokenize_oracle(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00bad")
     r = run_cli("tokenize", str(bad))
     assert r.returncode == 2 and "not UTF-8" in r.stderr
+
+
+@pytest.mark.real_model
+def test_spec_bench_measures_and_caches_a_table(tmp_path, capsys):
+    out = tmp_path / "table.json"
+    assert main(["spec-bench", "smollm2-135m", "--max-n", "4", "--repeats", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "break-even" in text and "measured" in text
+    from fucina.speculative.costs import CostTable
+
+    t = CostTable.load(out)
+    assert [n for n, _ in t.points] == [2, 3, 4] and all(c >= 1.0 for _, c in t.points)
+
+
+@pytest.mark.real_model
+def test_generate_spec_prints_stats_and_level():
+    prompt = "one two three four five six seven eight nine ten. " * 6
+    a = run_cli("generate", "smollm2-135m", "--prompt", prompt, "--gen", "40")
+    b = run_cli("generate", "smollm2-135m", "--prompt", prompt, "--gen", "40", "--spec", "--exact")
+    assert a.returncode == 0 and b.returncode == 0, b.stderr
+    assert "spec: steps=" in b.stderr and "% acc)" in b.stderr and "spec sources: conversation" in b.stderr
+    assert "level=" in b.stderr
+    assert len(b.stdout) > 20
+
+
+def test_generate_rejects_too_many_refs(tmp_path, capsys):
+    f = tmp_path / "r.txt"
+    f.write_text("ref")
+    argv = ["generate", "--prompt", "x"] + sum([["--spec-ref", str(f)] for _ in range(9)], [])
+    assert main(argv) == 2
+    assert "at most 8" in capsys.readouterr().err

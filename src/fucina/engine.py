@@ -19,9 +19,9 @@ EXACT_CMAKE_ARGS = "-DGGML_LLAMAFILE=OFF"
 
 
 def exact_engine_dir() -> Path:
-    from fucina.calibrate import cache_dir
-
-    return cache_dir() / f"engine-exact-{ENGINE_VERSION}"
+    """``$FUCINA_EXACT_ENGINE`` or ``~/.cache/fucina/engine-exact-<version>``."""
+    default = Path.home() / ".cache" / "fucina" / f"engine-exact-{ENGINE_VERSION}"
+    return Path(os.environ.get("FUCINA_EXACT_ENGINE", default))
 
 
 def exact_engine_ready() -> bool:
