@@ -1,0 +1,290 @@
+"""``fucina bench``: run the task suite against plain decoding, the oracle, the peer and ablations.
+
+Writes ``results.json`` (every run, divergences, summaries), ``results.md`` (tables by group) and
+``speedup.png`` into ``--out``; progress goes to stderr. ``--dry-run`` validates the task file and
+prints the plan without loading a model; ``--render FILE`` re-renders the reports from a saved
+``results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from fucina.bench.report import METHODS, Divergence, RunRecord, markdown, results_json, summarize_groups, write_chart
+
+_HELP = "benchmark fucina against plain decoding, the oracle, llama-cpp-python's prompt lookup and ablations"
+
+
+def _csv(text: str) -> list[str]:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def register(sub: argparse._SubParsersAction, commands: dict) -> None:
+    """Add ``bench`` to the ``fucina`` parser (called by :mod:`fucina.cli_extra`)."""
+    from fucina.cli import _positive_int
+
+    b = sub.add_parser("bench", help=_HELP, description=_HELP)
+    b.add_argument("--tasks", metavar="FILE", help="task file (JSONL from shared/bench/make_tasks.py)")
+    b.add_argument("--model", action="append", default=None, metavar="M",
+                   help="model name or GGUF path (repeatable; default gemma3-270m)")
+    b.add_argument("--repeats", type=_positive_int, default=3, help="interleaved repeats per task (default 3)")
+    b.add_argument("--out", default="bench-results", metavar="DIR", help="output directory (default bench-results)")
+    b.add_argument("--groups", type=_csv, default=None, metavar="G1,G2", help="only these task groups")
+    b.add_argument("--per-group", type=_positive_int, default=None, metavar="N", help="at most N tasks per group")
+    b.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="at most N tasks in all")
+    b.add_argument("--methods", type=_csv, default=None, metavar="M1,M2",
+                   help=f"subset of {','.join(METHODS)} (plain always runs; default all)")
+    b.add_argument("--gen", type=_positive_int, default=None, metavar="N", help="override every task's gen")
+    b.add_argument("--ctx", type=_positive_int, default=4096, help="context length (default 4096)")
+    b.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all cores)")
+    b.add_argument("--cost-table", metavar="FILE",
+                   help="verify cost table for fucina (default: cached per model/machine, calibrated once)")
+    b.add_argument("--dry-run", action="store_true", help="validate the task file and print the plan; run nothing")
+    b.add_argument("--render", metavar="RESULTS_JSON",
+                   help="re-render results.md and speedup.png from a saved results.json into --out")
+    commands["bench"] = cmd_bench
+
+
+def cmd_bench(args) -> int:
+    from fucina.cli import CliError
+
+    if args.render:
+        return _render(Path(args.render), Path(args.out))
+    if not args.tasks:
+        raise CliError("fucina bench: --tasks FILE is required (or --render RESULTS_JSON)")
+    plan = _plan(args)
+    if args.dry_run:
+        print(_describe(plan))
+        return 0
+    _require_extras()
+    return _run(plan)
+
+
+# -- planning ---------------------------------------------------------------------------------------
+
+def _plan(args) -> dict[str, Any]:
+    """Validate everything that can be checked before loading a model; raises one-line errors."""
+    from fucina.bench.suite import load_tasks, select_tasks, validate_methods
+    from fucina.cli import CliError
+    from fucina.models import DEFAULT_MODEL, resolve_model
+
+    if args.repeats < 1:
+        raise CliError("fucina bench: --repeats must be >= 1")
+    if args.gen == 0 or args.limit == 0 or args.per_group == 0:
+        raise CliError("fucina bench: --gen, --limit and --per-group must be >= 1")
+    if args.ctx < 16:
+        raise CliError("fucina bench: --ctx must be >= 16")
+    if args.threads == 0:
+        raise CliError("fucina bench: --threads must be >= 1")
+    methods = validate_methods(args.methods or METHODS)
+    models = args.model or [DEFAULT_MODEL]
+    if args.cost_table and len(models) > 1:
+        raise CliError("fucina bench: --cost-table is per model; pass it with a single --model")
+    if args.cost_table and not Path(args.cost_table).is_file():
+        raise CliError(f"fucina bench: cost table not found: {args.cost_table}")
+    paths = {m: resolve_model(m) for m in models}  # ModelNotFound: one line, exit 2
+    tasks = select_tasks(load_tasks(args.tasks), args.groups, args.per_group, args.limit, args.gen)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"fucina bench: --out {out} exists and is not a directory")
+    return dict(args=args, methods=methods, models=models, paths=paths, tasks=tasks, out=out)
+
+
+def _describe(plan: dict[str, Any]) -> str:
+    from fucina.bench.suite import SAMPLING_NOTE
+
+    tasks, methods, args = plan["tasks"], plan["methods"], plan["args"]
+    groups: dict[str, list] = {}
+    for t in tasks:
+        groups.setdefault(t.group, []).append(t)
+    per_task = len(methods) * args.repeats * len(plan["models"])
+    models = ", ".join(f"{m} ({plan['paths'][m]})" for m in plan["models"])
+    lines = [f"tasks: {args.tasks} ({len(tasks)} selected)",
+             f"models: {models}",
+             f"methods (interleaved per repeat): {', '.join(methods)}",
+             f"repeats: {args.repeats}; ctx {args.ctx}; threads {args.threads or 'all cores'}",
+             f"sampling: {SAMPLING_NOTE}",
+             f"runs: {len(tasks) * per_task} (up to {sum(t.gen for t in tasks) * per_task} generated tokens)",
+             f"output: {plan['out']}/results.json, results.md, speedup.png",
+             "groups:"]
+    for g, ts in groups.items():
+        refs = sum(len(t.references) for t in ts)
+        temps = sorted({t.temperature for t in ts})
+        lines.append(f"  {g}: {len(ts)} task(s), gen {sorted({t.gen for t in ts})}, temperature {temps}, "
+                     f"{refs} reference(s): {', '.join(t.id for t in ts)}")
+    return "\n".join(lines)
+
+
+def _require_extras() -> None:
+    from fucina.cli import CliError
+
+    for mod in ("matplotlib", "tqdm"):
+        try:
+            __import__(mod)
+        except ImportError:
+            raise CliError(f"fucina bench needs {mod}: pip install 'fucina[bench]'") from None
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+def _meta(plan: dict[str, Any]) -> dict[str, Any]:
+    from fucina import __version__
+    from fucina.bench.suite import PEER_NOTE, SAMPLING_NOTE
+    from fucina.calibrate import _cpu_name
+
+    try:
+        import llama_cpp
+
+        engine = f"llama-cpp-python {llama_cpp.__version__}; fucina {__version__}"
+    except ImportError:  # pragma: no cover
+        engine = f"fucina {__version__}"
+    args = plan["args"]
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": f"{_cpu_name()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
+                   f"Python {platform.python_version()}",
+        "engine": engine,
+        "command": _command(args),
+        "tasks_file": str(args.tasks),
+        "repeats": args.repeats,
+        "methods": plan["methods"],
+        "models": plan["models"],
+        "sampling": SAMPLING_NOTE,
+        "peer": PEER_NOTE,
+        "timing": "generation only (prefill reported separately); methods interleaved per repeat; "
+                  "medians over repeats, then over tasks",
+        "cost_tables": {},
+        "threads": {},
+    }
+
+
+def _command(args) -> str:
+    """The command line that reproduces this run (rebuilt from the parsed flags)."""
+    parts = ["fucina", "bench", "--tasks", str(args.tasks)]
+    for m in args.model or []:
+        parts += ["--model", m]
+    parts += ["--repeats", str(args.repeats), "--out", str(args.out)]
+    for flag, value in (("--groups", args.groups), ("--methods", args.methods)):
+        if value:
+            parts += [flag, ",".join(value)]
+    for flag, value in (("--per-group", args.per_group), ("--limit", args.limit), ("--gen", args.gen),
+                        ("--threads", args.threads), ("--cost-table", args.cost_table)):
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.ctx != 4096:
+        parts += ["--ctx", str(args.ctx)]
+    return " ".join(parts)
+
+
+class _Progress:
+    """The tqdm bar on stderr: one tick per run; calibration shows in its description."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
+
+    def run_done(self, task, method: str, repeat: int) -> None:
+        self.bar.set_postfix_str(f"{task.id} r{repeat} {method}", refresh=False)
+        self.bar.update(1)
+
+    def describe(self, text: str) -> None:
+        self.bar.set_description_str(text)
+
+    def calibration(self, name: str) -> Callable[[int, int], None]:
+        def progress(i: int, n: int) -> None:
+            self.describe(f"{name}: calibrating verify costs (once per machine) {i}/{n}")
+
+        return progress
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run(plan: dict[str, Any]) -> int:
+    from fucina.bench.suite import PEER_METHODS, LlamaPeer, run_suite
+    from fucina.calibrate import load_or_calibrate
+    from fucina.models import load_model
+
+    args, methods, tasks, out = plan["args"], plan["methods"], plan["tasks"], plan["out"]
+    out.mkdir(parents=True, exist_ok=True)
+    meta = _meta(plan)
+    runs: list[RunRecord] = []
+    divergences: list[Divergence] = []
+    bar = _Progress(len(tasks) * len(methods) * args.repeats * len(plan["models"]))
+    try:
+        for name in plan["models"]:
+            bar.describe(f"{name}: loading")
+            model = load_model(name, n_ctx=args.ctx, n_threads=args.threads)
+            peer = None
+            try:
+                table = load_or_calibrate(model, args.cost_table, bar.calibration(name))
+                meta["cost_tables"][name] = {"source": table.source, "points": [list(p) for p in table.points]}
+                meta["threads"][name] = model.n_threads
+                if any(m in PEER_METHODS for m in methods):
+                    peer = LlamaPeer.for_model(model)
+                bar.describe(name)
+                done_runs, done_divs = list(runs), list(divergences)
+
+                def checkpoint(partial) -> None:  # an interrupted run keeps its finished tasks
+                    _write(out, done_runs + partial.runs, done_divs + partial.divergences, meta, chart=False)
+
+                res = run_suite(model, tasks, model_name=name, cost_table=table, methods=methods,
+                                repeats=args.repeats, peer=peer, progress=bar.run_done, on_task=checkpoint)
+            finally:
+                if peer is not None:
+                    peer.close()
+                model.close()
+            runs += res.runs
+            divergences += res.divergences
+            _write(out, runs, divergences, meta)  # after each model: a later crash loses nothing done
+    finally:
+        bar.close()
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speedup.png'}", file=sys.stderr)
+    return 0
+
+
+def _write(out: Path, runs: Sequence[RunRecord], divergences: Sequence[Divergence], meta: dict[str, Any],
+           chart: bool = True) -> None:
+    doc = results_json(runs, divergences, meta)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    tmp.replace(out / "results.json")  # never a half-written results.json
+    groups = summarize_groups(runs)
+    (out / "results.md").write_text(markdown(groups, divergences, meta, "speedup.png" if chart else None),
+                                    encoding="utf-8")
+    if chart:
+        write_chart(groups, out / "speedup.png")
+
+
+def _render(path: Path, out: Path) -> int:
+    from fucina.cli import CliError
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        runs = [RunRecord.from_json(r) for r in doc["runs"]]
+        divs = [Divergence.from_json(d) for d in doc.get("divergences", [])]
+    except FileNotFoundError:
+        raise CliError(f"fucina bench: results file not found: {path}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"fucina bench: {path} is not a bench results.json ({type(exc).__name__}: {exc})") from None
+    if not runs:
+        raise CliError(f"fucina bench: {path} holds no runs")
+    try:
+        __import__("matplotlib")
+    except ImportError:
+        raise CliError("fucina bench needs matplotlib: pip install 'fucina[bench]'") from None
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out, runs, divs, doc.get("meta", {}))
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speedup.png'}", file=sys.stderr)
+    return 0
