@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction, commands: dict) -> None:
     b.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all cores)")
     b.add_argument("--cost-table", metavar="FILE",
                    help="verify cost table for fucina (default: cached per model/machine, calibrated once)")
+    b.add_argument("--exact", action="store_true",
+                   help="batch-invariant load (use_extra_bufts off) with the draft cap `fucina doctor` measures")
     b.add_argument("--dry-run", action="store_true", help="validate the task file and print the plan; run nothing")
     b.add_argument("--render", metavar="RESULTS_JSON",
                    help="re-render results.md and speedup.png from a saved results.json into --out")
@@ -225,7 +227,7 @@ def _run(plan: dict[str, Any]) -> int:
     try:
         for name in plan["models"]:
             bar.describe(f"{name}: loading")
-            model = load_model(name, n_ctx=args.ctx, n_threads=args.threads)
+            model = load_model(name, n_ctx=args.ctx, n_threads=args.threads, use_extra_bufts=not args.exact)
             peer = None
             try:
                 table = load_or_calibrate(model, args.cost_table, bar.calibration(name))
@@ -239,8 +241,16 @@ def _run(plan: dict[str, Any]) -> int:
                 def checkpoint(partial) -> None:  # an interrupted run keeps its finished tasks
                     _write(out, done_runs + partial.runs, done_divs + partial.divergences, meta, chart=False)
 
+                from fucina.doctor import cached_report, effective_max_draft, level_for
+                from fucina.speculative.gate import GateOptions
+
+                report = cached_report(model)
+                gate = GateOptions(max_draft=effective_max_draft(report, args.exact))
+                meta.setdefault("levels", {})[name] = {"level": level_for(report, gate.max_draft),
+                                                       "max_draft": gate.max_draft, "exact_load": args.exact}
                 res = run_suite(model, tasks, model_name=name, cost_table=table, methods=methods,
-                                repeats=args.repeats, peer=peer, progress=bar.run_done, on_task=checkpoint)
+                                repeats=args.repeats, peer=peer, progress=bar.run_done, on_task=checkpoint,
+                                gate=gate)
             finally:
                 if peer is not None:
                     peer.close()

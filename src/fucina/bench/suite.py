@@ -32,6 +32,7 @@ from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.gate import GateOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
 
@@ -378,7 +379,8 @@ def _extra(decoder: SpeculativeDecoder) -> dict:
 
 
 def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_stream: Sequence[int],
-              clock: Clock, model_name: str, repeat: int) -> tuple[RunRecord, list[int]]:
+              clock: Clock, model_name: str, repeat: int,
+              gate: GateOptions | None = None) -> tuple[RunRecord, list[int]]:
     stops = frozenset(model.eos_ids)
     model.reset()
     s0 = clock()
@@ -386,7 +388,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     if method == "plain":
         decoder = PlainDecoder(model, sampler)
     else:
-        opts = SpecOptions(gate_enabled=method != "gate_open")
+        opts = SpecOptions(gate=gate or GateOptions(), gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, _spec_source(model, method, p.refs, plain_stream), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter)
     setup = clock() - s0
@@ -462,7 +464,7 @@ def _capture_gaps(model, p: _Prepared, positions: Iterable[int]) -> tuple[list[i
 def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: CostTable,
               methods: Sequence[str] = METHODS, repeats: int = 3, peer: PeerEngine | None = None,
               progress: Progress | None = None, on_task: Callable[[SuiteResult], None] | None = None,
-              clock: Clock = time.perf_counter) -> SuiteResult:
+              clock: Clock = time.perf_counter, gate: GateOptions | None = None) -> SuiteResult:
     """Run every task: for each repeat, every method once, in :data:`METHODS` order.
 
     ``model`` is anything with the :class:`fucina.model.Model` shape (the fake model in tests).
@@ -485,7 +487,7 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
                     rec, out = _run_peer(peer, model, p, method, clock, model_name, repeat)
                 else:
                     rec, out = _run_ours(model, p, method, cost_table, [*p.prompt, *plain_out], clock,
-                                         model_name, repeat)
+                                         model_name, repeat, gate)
                 if method == "plain":
                     plain_out = out
                 rec.first_diff = first_difference(plain_out, out)
