@@ -264,4 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Under `python -m`, this file is __main__: use the importable module so that CliError raised by
+    # other modules (which import fucina.cli) is the class main() catches.
+    from fucina.cli import main as _main
+
+    sys.exit(_main())

@@ -73,3 +73,23 @@ class SamNotFrozen(FucinaError):
 
 class SamIntegrityError(FucinaError):
     """A SAM index violates one of its structural invariants (check_integrity found it)."""
+
+
+class ChatTemplateMissing(InvalidOption):
+    """A chat needs a template: the model ships none and ChatOptions(template=...) was not given."""
+
+
+class ChatTemplateMismatch(FucinaError):
+    """The chat template re-rendered earlier turns differently, so new tokens cannot be appended."""
+
+
+class StopSequencesNeedPlainDecoding(InvalidOption):
+    """Text-level stop sequences were combined with speculation (see ChatOptions for why)."""
+
+
+class SpeculationDisabled(FucinaError):
+    """A speculation-only feature (e.g. reference documents) was used on a plain conversation."""
+
+
+class ConversationDesync(FucinaError):
+    """The model's KV cache no longer matches the conversation (someone else used the model)."""
