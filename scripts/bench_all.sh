@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Reproduces every figure in BENCHMARKS.md. Run it ALONE on an idle machine (timings are ratios from
+# Reproduces every figure in BENCHMARKS.md. Run it ALONE on an idle machine (figures are ratios from
 # one process, but two cores shared with anything else still skew them). Output: bench-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
 SHARED=${SHARED:-../shared/bench}
-PER_GROUP=${PER_GROUP:-2}
+PER_GROUP=${PER_GROUP:-1}
 mkdir -p "$OUT"
-export FUCINA_CACHE="$OUT/cache"   # fresh cost tables, calibrated on this quiet machine
+export FUCINA_CACHE="$PWD/$OUT/cache"   # cost tables calibrated on this quiet machine, not reused ones
 python "$SHARED/make_tasks.py" --out "$OUT/tasks.jsonl" --per-group "$PER_GROUP"
+# Tier 1: model-free (sampler, SAM, cascade replay).
 python -m fucina.bench.sampling --json > "$OUT/sampling.json"
 python -m fucina.bench.sam --from-bench --bench-dir "$SHARED" --repeats 3 --json > "$OUT/sam.json"
 python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --json > "$OUT/replay.json"
+# Verify cost tables, standard build.
 for m in gemma3-270m smollm2-135m; do
   fucina spec-bench "$m" --repeats 5 --out "$OUT/cost-$m.json" > "$OUT/cost-$m.txt"
 done
+# Tier 2: end to end, standard build (distribution level).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
+# The exact engine variant (python -m fucina.engine build-exact): cost of exactness, side by side.
+EXACT_ENV=$(python -c "from fucina.engine import exact_env; print(exact_env()['PYTHONPATH'])")
+for m in gemma3-270m smollm2-135m; do
+  PYTHONPATH="$EXACT_ENV" python -m fucina.cli spec-bench "$m" --exact --repeats 5 --out "$OUT/cost-exact-$m.json" > "$OUT/cost-exact-$m.txt"
+done
+PYTHONPATH="$EXACT_ENV" python -m fucina.cli bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --exact \
+  --methods plain,fucina,oracle --repeats 3 --out "$OUT/suite-gemma3-exact"
