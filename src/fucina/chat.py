@@ -42,7 +42,7 @@ from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOve
                            StopSequencesNeedPlainDecoding)
 from fucina.generate import GenerationStats, PlainDecoder, TextStreamer
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeStats, SpeculationIndex
+from fucina.speculative.cascade import CascadeStats, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.source import DraftSource
@@ -334,7 +334,7 @@ class Conversation:
         self._index: SpeculationIndex | None = None
         self._gate: TurnGate | None = None
         if opts.speculation:
-            self._index = SpeculationIndex(self.model.vocab_size)
+            self._index = SpeculationIndex(self.model.vocab_size, options_for_costs(self._cost_table))
             for ref in self._refs:
                 self._index.add_reference(ref)
             self._gate = TurnGate(self._index)

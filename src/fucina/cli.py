@@ -137,7 +137,7 @@ def sampler_from_args(args):
 def build_spec_decoder(model, sampler, args, refs: Sequence[Sequence[int]] = (), quiet: bool = False):
     """The full cascade + gate decoder the CLI uses (cost table: --cost-table, cache, or calibration)."""
     from fucina.calibrate import load_or_calibrate
-    from fucina.speculative.cascade import SpeculationIndex
+    from fucina.speculative.cascade import SpeculationIndex, options_for_costs
     from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 
     def progress(i: int, n: int) -> None:
@@ -149,7 +149,7 @@ def build_spec_decoder(model, sampler, args, refs: Sequence[Sequence[int]] = (),
     from fucina.speculative.gate import GateOptions
 
     table = load_or_calibrate(model, args.cost_table, progress)
-    index = SpeculationIndex(model.vocab_size)
+    index = SpeculationIndex(model.vocab_size, options_for_costs(table))
     for r in refs:
         index.add_reference(r)
     from fucina.doctor import cached_report, effective_max_draft

@@ -337,3 +337,17 @@ def test_live_stats_count_per_source():
     idx.observe([3, 4, 99])
     assert idx.suggest(ctx(idx), 16) == []
     assert str(idx.stats()) == "conversation 2/6 ref0 0/0 recycling 0/0"
+
+
+def test_recycling_only_where_the_measured_costs_let_it_pay():
+    from fucina.speculative.cascade import options_for_costs
+    from fucina.speculative.costs import CostTable
+
+    # A CPU-like table (verify-k costs most of k plain steps): break-even >= 20% -> recycling off.
+    cpu = CostTable(((2, 1.75), (4, 2.27), (8, 2.95), (16, 4.42)))
+    assert options_for_costs(cpu).recycling is False
+    # A GPU-like table (verifies nearly free): recycling stays on.
+    gpu = CostTable(((2, 1.01), (16, 1.2)))
+    assert options_for_costs(gpu).recycling is True
+    # Never switches on what the caller switched off.
+    assert options_for_costs(gpu, CascadeOptions(recycling=False)).recycling is False

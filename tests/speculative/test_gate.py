@@ -129,7 +129,7 @@ def test_marginal_regime_stays_on():
 
 def test_adaptive_budget():
     g = CostGate(TABLE, GateOptions(max_draft=16))
-    assert g.budget() == 16  # nothing seen yet
+    assert g.budget() == 2  # nothing seen yet: acceptance counts as 0
     g.record_verify(8, 5)  # 4 of 8 accepted -> 2 + ceil(0.5 * 16) = 10
     assert g.budget() == 10
     g2 = CostGate(TABLE, GateOptions(max_draft=16, min_draft=3))

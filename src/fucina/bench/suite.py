@@ -30,7 +30,7 @@ from fucina.bench.report import METHODS, Divergence, RunRecord
 from fucina.errors import FucinaError, InvalidOption
 from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
+from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 from fucina.speculative.gate import GateOptions
 from fucina.speculative.costs import CostTable
@@ -257,7 +257,8 @@ class LlamaPeer:
     """The peer: llama-cpp-python's high-level ``Llama`` with ``LlamaPromptLookupDecoding``.
 
     Loaded once per model (same GGUF, n_ctx, n_batch and threads as ours, ``swa_full=True`` like
-    ours so Gemma 3's sliding-window cache can rewind; ``draft_model`` forces ``logits_all``), and
+    ours so Gemma 3's sliding-window cache can rewind; ``logits_all=True``, which its verify path needs:
+    without it the scores buffer holds only n_batch rows and prompts longer than n_batch crash), and
     reset before every run. Drafting: ``LlamaPromptLookupDecoding()`` with its defaults
     (max_ngram_size=2, num_pred_tokens=10), or ``num_pred_tokens=N``.
 
@@ -277,13 +278,15 @@ class LlamaPeer:
         self._lookup = LlamaPromptLookupDecoding
         self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
                          n_threads_batch=n_threads, swa_full=True, draft_model=LlamaPromptLookupDecoding(),
-                         verbose=False)
+                         logits_all=True, verbose=False)
 
     @classmethod
     def for_model(cls, model) -> "LlamaPeer":
         """A peer over the same GGUF and context settings as a loaded :class:`LlamaModel`."""
         opts = getattr(model, "options", None)
-        return cls(model.path, model.context_length, model.n_threads, getattr(opts, "n_batch", 512))
+        # Headroom: llama-cpp-python's generate() does not bound prompt-lookup drafts by the context
+        # and crashes when prompt + output + draft pass n_ctx; our decoder caps drafts itself.
+        return cls(model.path, model.context_length + 64, model.n_threads, getattr(opts, "n_batch", 512))
 
     def run(self, prompt: Sequence[int], max_tokens: int, stops: frozenset[int], options: SamplerOptions,
             num_pred_tokens: int | None, clock: Clock = time.perf_counter) -> PeerRun:
@@ -357,12 +360,13 @@ def prepare(model, tasks: Sequence[Task]) -> list[_Prepared]:
     return out
 
 
-def _spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int]):
+def _spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int],
+                 cost_table: CostTable):
     if method == "oracle":
         return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
     if method == "sam_only":
         return SpeculationIndex(model.vocab_size, CascadeOptions(recycling=False))
-    index = SpeculationIndex(model.vocab_size)
+    index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table))  # as `fucina generate --spec`
     for r in refs:
         index.add_reference(r)
     return index
@@ -389,7 +393,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
         decoder = PlainDecoder(model, sampler)
     else:
         opts = SpecOptions(gate=gate or GateOptions(), gate_enabled=method != "gate_open")
-        decoder = SpeculativeDecoder(model, _spec_source(model, method, p.refs, plain_stream), sampler, opts,
+        decoder = SpeculativeDecoder(model, _spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter)
     setup = clock() - s0
     gc.collect()  # same starting heap for every method; collection stays on during the run

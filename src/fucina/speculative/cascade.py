@@ -28,6 +28,7 @@ SAM sources draft from their own copy of it, recycling walks from ``context[-1]`
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -36,10 +37,30 @@ import numpy as np
 
 from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, InvalidToken,
                            TooManyReferences)
+from fucina.speculative.costs import CostTable
 from fucina.speculative.recycling import Recycling
 from fucina.speculative.sam import SamCursor, SamIndex
 
-__all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex"]
+__all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", "options_for_costs"]
+
+
+#: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
+#: (``python -m fucina.bench.replay --from-bench``, see BENCHMARKS.md): 5-8% per group.
+RECYCLING_EXPECTED_ACCEPTANCE = 0.10
+
+
+def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) -> "CascadeOptions":
+    """Cascade options for a measured verify cost table: recycling only where it can pay.
+
+    A recycling chain of k tokens breaks even at acceptance (cost(k+1) - 1) / k. On CPUs where a
+    verify costs nearly as much as k plain steps that is >= 20%, far above what recycling reaches,
+    so its drafts would only feed the gate losses (and trip it for the sources that do pay). Where
+    verifies are cheap (a GPU-like table) recycling stays on, as the design intends.
+    """
+    base = base if base is not None else CascadeOptions()
+    ks = range(2, base.recycling_max_chain + 1)
+    pays = min(table.break_even(k + 1) for k in ks) < RECYCLING_EXPECTED_ACCEPTANCE
+    return dataclasses.replace(base, recycling=base.recycling and pays)
 
 
 @dataclass(frozen=True)

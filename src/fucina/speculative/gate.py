@@ -101,11 +101,16 @@ class CostGate:
         return self.state is not GateState.OFF
 
     def budget(self) -> int:
-        """Draft budget: max(min_draft, 2 + ceil(acceptance * max_draft)) over the window."""
+        """Draft budget: max(min_draft, 2 + ceil(acceptance * max_draft)) over the window.
+
+        With no evidence yet (start, or a fresh probe) acceptance counts as 0: the first verifies
+        are the cheap ones, so a source that misses costs little, and one that hits reaches
+        max_draft after a single fully accepted verify.
+        """
         o = self.options
         drafted = sum(v.drafted for v in self._window)
         if drafted == 0:
-            return o.max_draft
+            return min(o.max_draft, max(o.min_draft, 2))
         accepted = sum(max(0, v.committed - 1) for v in self._window)
         return min(o.max_draft, max(o.min_draft, 2 + math.ceil(accepted / drafted * o.max_draft)))
 
