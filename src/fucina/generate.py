@@ -18,32 +18,46 @@ from fucina.errors import ContextOverflow, InvalidOption
 from fucina.sampling import Sampler
 
 
-class PlainDecoder:
-    """One forward per token: prefill the prompt in one batch, then ``forward_step([last])``."""
+class CommittedStream:
+    """State both decoders share, so the prefill path is one piece of code.
 
-    def __init__(self, model, sampler: Sampler) -> None:
+    ``history`` holds every committed token; all but the last (the *carried* token) are in the KV
+    cache; after :meth:`feed` the prefill's last row waits in ``_pending`` for the first sample.
+    """
+
+    def __init__(self, model) -> None:
         self.model = model
-        self.sampler = sampler
         self.history: list[int] = []
         self._carried: int | None = None
         self._pending: np.ndarray | None = None
 
-    def feed(self, tokens: Sequence[int]) -> None:
-        """Append prompt tokens in one batched forward."""
+    def feed(self, tokens: Sequence[int]) -> list[int]:
+        """Append prompt tokens in one batched forward (the carried token, if any, goes first)."""
         tokens = [int(t) for t in tokens]
-        if not tokens:
-            return
-        batch = tokens if self._carried is None else [self._carried, *tokens]
-        self._pending = np.array(self.model.forward_step(batch), copy=True)
-        self._carried = None
-        self.history.extend(tokens)
+        if tokens:
+            batch = tokens if self._carried is None else [self._carried, *tokens]
+            self._pending = np.array(self.model.forward_step(batch), copy=True)
+            self._carried = None
+            self.history.extend(tokens)
+        return tokens
 
-    def generate(self, max_tokens: int, stop_ids: Iterable[int] = ()) -> Iterator[int]:
-        """Yield up to ``max_tokens`` tokens, ending after the first token in ``stop_ids``."""
+    def _check_generate(self, max_tokens: int) -> None:
         if max_tokens < 0:
             raise InvalidOption(f"max_tokens must be >= 0, got {max_tokens}")
         if not self.history:
             raise InvalidOption("feed() a prompt before generate()")
+
+
+class PlainDecoder(CommittedStream):
+    """One forward per token: prefill the prompt in one batch, then ``forward_step([last])``."""
+
+    def __init__(self, model, sampler: Sampler) -> None:
+        super().__init__(model)
+        self.sampler = sampler
+
+    def generate(self, max_tokens: int, stop_ids: Iterable[int] = ()) -> Iterator[int]:
+        """Yield up to ``max_tokens`` tokens, ending after the first token in ``stop_ids``."""
+        self._check_generate(max_tokens)
         stops = frozenset(stop_ids)
         for _ in range(max_tokens):
             if self._pending is not None:

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from fucina.errors import InvalidOption, NotRewindable
+from fucina.generate import CommittedStream
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 from fucina.speculative.gate import CostGate, GateOptions
@@ -81,7 +82,7 @@ class SpecStats:
         )
 
 
-class SpeculativeDecoder:
+class SpeculativeDecoder(CommittedStream):
     """Decode ``model`` with drafts from ``source``; output equals plain decoding with ``sampler``.
 
     Usage: :meth:`feed` the prompt (and later turns), then iterate :meth:`generate`. State between
@@ -105,7 +106,7 @@ class SpeculativeDecoder:
                 "this model's state cannot be rewound (recurrent/hybrid architecture), so rejected drafts "
                 "could not be dropped; use plain decoding"
             )
-        self.model = model
+        super().__init__(model)
         self.source = source
         self.sampler = sampler
         self.options = options or SpecOptions()
@@ -113,29 +114,19 @@ class SpeculativeDecoder:
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()
-        self.history: list[int] = []
-        self._carried: int | None = None
-        self._pending: np.ndarray | None = None  # logits awaiting their first sample after feed()
 
     # -- context -----------------------------------------------------------------------------
-    def feed(self, tokens: Sequence[int]) -> None:
-        """Append prompt tokens (one batched prefill, like plain decoding)."""
-        tokens = [int(t) for t in tokens]
-        if not tokens:
-            return
-        batch = tokens if self._carried is None else [self._carried, *tokens]
-        self._pending = np.array(self.model.forward_step(batch), copy=True)
-        self._carried = None
-        self.history.extend(tokens)
-        self.source.observe(tokens)
+    def feed(self, tokens: Sequence[int]) -> list[int]:
+        """Append prompt tokens (the same batched prefill as plain decoding); the source learns them."""
+        tokens = super().feed(tokens)
+        if tokens:
+            self.source.observe(tokens)
+        return tokens
 
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, max_tokens: int, stop_ids: Iterable[int] = ()) -> Iterator[int]:
         """Yield up to ``max_tokens`` committed tokens, ending after the first token in ``stop_ids``."""
-        if max_tokens < 0:
-            raise InvalidOption(f"max_tokens must be >= 0, got {max_tokens}")
-        if not self.history:
-            raise InvalidOption("feed() a prompt before generate()")
+        self._check_generate(max_tokens)
         stops = frozenset(stop_ids)
         left = max_tokens
         while left > 0:
