@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 from fucina.errors import FucinaError
@@ -114,14 +113,9 @@ def _load(args, **extra):
 
 
 def _read_text(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CliError(f"{what} not found: {path}") from None
-    except UnicodeDecodeError as exc:
-        raise CliError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise CliError(f"cannot read {what} {path}: {exc.strerror}") from None
+    from fucina.files import read_utf8
+
+    return read_utf8(path, what, CliError)
 
 
 def sampler_from_args(args):

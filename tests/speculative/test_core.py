@@ -35,7 +35,6 @@ def plain_run(opts, n=96, seed=0, prompt_text=None, hook=None):
     d = PlainDecoder(m, Sampler(opts))
     prompt = prompt_of(m) if prompt_text is None else m.tokenize(prompt_text)
     if hook:
-        rows = []
         orig = d.sampler.sample
 
         def spy(row, hist):

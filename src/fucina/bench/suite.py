@@ -126,16 +126,9 @@ def parse_tasks(lines: Iterable[str], source: str = "tasks") -> list[Task]:
 
 def load_tasks(path: str | Path) -> list[Task]:
     """Read and validate a task file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TaskFileError(f"task file not found: {p}") from None
-    except UnicodeDecodeError as exc:
-        raise TaskFileError(f"task file {p} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise TaskFileError(f"cannot read task file {p}: {exc.strerror}") from None
-    return parse_tasks(text.splitlines(), str(p))
+    from fucina.files import read_utf8
+
+    return parse_tasks(read_utf8(path, "task file", TaskFileError).splitlines(), str(path))
 
 
 def select_tasks(tasks: Sequence[Task], groups: Sequence[str] | None = None, per_group: int | None = None,

@@ -22,7 +22,6 @@ This module imports no backend: the model is anything with the :class:`fucina.mo
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
