@@ -92,3 +92,12 @@ def test_bad_arguments_raise_named_error(shape, k):
     # Non-2-D input or k outside [1, vocab].
     with pytest.raises(InvalidArgument):
         topk_rows(np.zeros(shape, dtype=np.float32), k)
+
+
+def test_top2_gap_names_best_runner_up_and_gap():
+    from fucina.speculative.topk import top2_gap
+
+    row = np.array([0.5, 3.0, -1.0, 2.75, 3.0], dtype=np.float32)
+    assert top2_gap(row) == (1, 4, 0.0)  # exact tie: lower id first
+    row[4] = 2.0
+    assert top2_gap(row) == (1, 3, 0.25)

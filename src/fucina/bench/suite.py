@@ -33,6 +33,7 @@ from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 from fucina.speculative.gate import GateOptions
+from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
 
@@ -440,9 +441,7 @@ class _RowTap:
 
     def sample(self, row: np.ndarray, history: Sequence[int]) -> int:
         if self._i in self.positions:
-            r = np.asarray(row, dtype=np.float64)
-            a, b = (int(i) for i in np.argsort(r)[::-1][:2])
-            self.top2[self._i] = (a, b, float(r[a] - r[b]))
+            self.top2[self._i] = top2_gap(row)
         self._i += 1
         return self.sampler.sample(row, history)
 

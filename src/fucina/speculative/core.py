@@ -146,7 +146,8 @@ class SpeculativeDecoder(CommittedStream):
         draft: Sequence[int] = ()
         room = min(left - 1, self.model.context_length - self.model.kv_len - 1)
         if speculate and room >= gate.options.min_draft:
-            draft = list(self.source.suggest(self.history, min(gate.budget(), room)))[: min(gate.budget(), room)]
+            budget = min(gate.budget(), room)
+            draft = list(self.source.suggest(self.history, budget))[:budget]
         if len(draft) < gate.options.min_draft:
             # Fallback: a plain step (it never enters the gate's window).
             t0 = self.clock() if self.clock else None

@@ -128,3 +128,12 @@ def _row_with_nans(row: np.ndarray, k: int) -> np.ndarray:
         return _select_exact(row[ids], ids, k)
     head = ids[np.lexsort((ids, -row[ids]))]
     return np.concatenate((head, np.flatnonzero(~finite)[: k - len(ids)]))
+
+
+def top2_gap(row: np.ndarray) -> tuple[int, int, float]:
+    """Best and runner-up ids of one logits row and their logit gap (ties -> lower id).
+
+    The divergence audits use it to show a flipped token was a near-tie.
+    """
+    a, b = (int(i) for i in topk_rows(np.asarray(row)[None, :], 2)[0])
+    return a, b, float(row[a]) - float(row[b])
