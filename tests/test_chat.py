@@ -344,6 +344,18 @@ def test_turn_gate_keeps_per_source_accounting_aligned_on_a_real_index():
     assert (conv.accepted, conv.drafted) == (2, 2)  # tokens past the stop are not "rejected"
 
 
+def test_turn_gate_passes_confidence_through_until_the_stop():
+    index = SpeculationIndex(64)
+    gate = TurnGate(index)
+    gate.open()
+    gate.observe([1, 2, 3, 4, 1, 2])
+    gate.arm([S])
+    assert gate.confidence() == index.confidence() == 2  # the decoder gets its gate lanes
+    gate.observe([3, S])
+    assert gate.confidence() == 0  # closed turn: nothing will be drafted
+    assert TurnGate(object()).confidence is None  # a source without confidence: single-lane gate
+
+
 def test_conversation_sam_equals_sam_of_committed_stream_after_turns():
     conv = chat(True, SAMPLED, ChatFake(end_bias=1.0), max_tokens=32)
     for q in QUESTIONS:

@@ -161,6 +161,10 @@ class TurnGate:
         self._state = self._PASS
         #: Tokens withheld from the index so far (observability for tests and stats).
         self.dropped = 0
+        # The decoder's gate lanes need the wrapped index's confidence; a closed turn drafts nothing.
+        inner_confidence = getattr(inner, "confidence", None)
+        self.confidence = ((lambda: 0 if self._state == self._CLOSED else inner_confidence())
+                           if callable(inner_confidence) else None)
 
     @property
     def wants_topk(self) -> bool:

@@ -351,3 +351,23 @@ def test_recycling_only_where_the_measured_costs_let_it_pay():
     assert options_for_costs(gpu).recycling is True
     # Never switches on what the caller switched off.
     assert options_for_costs(gpu, CascadeOptions(recycling=False)).recycling is False
+
+
+# -- confidence (the decoder's gate lane) ------------------------------------------------------------
+
+def test_confidence_is_the_match_behind_the_next_draft():
+    idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])
+    assert idx.confidence() == 3  # the reference's [8, 1, 2] beats the conversation's [1, 2]
+    idx.suggest(ctx(idx), 16)
+    assert idx.last_source == "ref0"
+    assert index([5, 6, 7, 5]).confidence() == 0  # a 1-token match is below min_match
+    assert index([5, 6, 7, 5], options=CascadeOptions(min_match=1)).confidence() == 1
+    assert SpeculationIndex(V).confidence() == 0
+
+
+def test_confidence_ignores_muted_sources():
+    idx = index([1, 2, 3, 9, 1, 2], options=CascadeOptions(mute_window=1, recycling=False))
+    assert idx.confidence() == 2
+    assert idx.suggest(ctx(idx), 16) == [3, 9, 1, 2]
+    idx.observe([7])  # wrong: a 1-token window at 0% mutes the conversation
+    assert idx.stats()["conversation"].muted and idx.confidence() == 0

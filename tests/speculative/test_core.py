@@ -212,6 +212,34 @@ def test_5_gate_orthogonality_across_trip_backoff_and_probe():
     assert d.gate.trips >= 2 and d.gate.probes >= 1 and {"on", "off", "probing"} <= set(states)
 
 
+@pytest.mark.parametrize("opts", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_5_lane_gate_orthogonality(opts):
+    """A source that reports confidence gets one gate per lane; lanes trip, rest (cold start),
+    probe and re-enable independently, and the committed stream never changes."""
+    prompt, plain, _ = plain_run(opts, n=400)
+
+    class Confident(ScriptedSource):
+        def confidence(self) -> int:  # cycles through all three lanes
+            return (2, 6, 20)[self._calls % 3]
+
+    gate = GateOptions(reprobe_after=8, reprobe_max=32, probe_steps=2, rate_window=4, min_window_drafted=4,
+                       lanes=(4, 12), short_match_acceptance=0.0)
+    m = FakeModel(seed=0)
+    src = Confident(prompt + plain, m.vocab_size, "alternating", seed=2)
+    costly = CostTable(((2, 1.9), (17, 9.0)), "test: costly verifies")
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate=gate), cost_table=costly)
+    assert d.gate.cold_start and len(d.gate.lanes) == 3
+    d.feed(prompt)
+    seen = set()
+    out = []
+    for t in d.generate(400):
+        out.append(t)
+        seen.update((i, g.state.value) for i, g in enumerate(d.gate.lanes))
+    assert out == plain
+    assert d.stats.verifies > 10 and d.gate.trips >= 2 and d.gate.probes >= 2
+    assert {(0, "off"), (0, "probing"), (1, "on"), (1, "off"), (2, "on")} <= seen
+
+
 def test_refuses_non_rewindable_models():
     with pytest.raises(NotRewindable, match="cannot be rewound"):
         SpeculativeDecoder(FakeModel(rewindable=False), ScriptedSource([], 320), Sampler(GREEDY), cost_table=CHEAP)

@@ -7,7 +7,7 @@ import pytest
 from fucina.errors import (CostTableEmpty, InvalidOption, ProbeStepsZero, RateWindowTooSmall,
                            ReprobeAfterZero)
 from fucina.speculative.costs import CostTable
-from fucina.speculative.gate import CostGate, GateOptions, GateState
+from fucina.speculative.gate import CostGate, GateOptions, GateState, LaneGate
 
 TABLE = CostTable(((2, 1.6), (4, 2.5), (8, 4.4), (16, 7.3)), "test")
 
@@ -26,6 +26,11 @@ TABLE = CostTable(((2, 1.6), (4, 2.5), (8, 4.4), (16, 7.3)), "test")
     (dict(max_draft=1), InvalidOption),
     (dict(probe_margin=-0.1), InvalidOption),
     (dict(min_window_drafted=0), InvalidOption),
+    (dict(lanes=(4, 4)), InvalidOption),
+    (dict(lanes=(8, 4)), InvalidOption),
+    (dict(lanes=(0, 4)), InvalidOption),
+    (dict(lanes=[4, 8]), InvalidOption),
+    (dict(short_match_acceptance=1.5), InvalidOption),
 ])
 def test_degenerate_options_raise_named_errors(kwargs, err):
     with pytest.raises(err):
@@ -132,6 +137,9 @@ def test_adaptive_budget():
     assert g.budget() == 2  # nothing seen yet: acceptance counts as 0
     g.record_verify(8, 5)  # 4 of 8 accepted -> 2 + ceil(0.5 * 16) = 10
     assert g.budget() == 10
+    thin = CostGate(TABLE, GateOptions(max_draft=16))
+    thin.record_verify(2, 3)  # 2 of 2 accepted: a thin window counts as 2 of min_window_drafted=8
+    assert thin.budget() == 2 + math.ceil(2 / 8 * 16) == 6
     g2 = CostGate(TABLE, GateOptions(max_draft=16, min_draft=3))
     g2.record_verify(8, 1)
     assert g2.budget() == 3 and max(3, 2 + math.ceil(0)) == 3
@@ -160,3 +168,78 @@ def test_one_noisy_sample_cannot_flip_a_winning_gate():
         g.record_verify(7, 8, seconds=0.044)  # matches the table: est ~ 8/4.4
     g.record_verify(7, 8, seconds=5.0)  # a scheduler stall
     assert g.state is GateState.ON
+
+
+def test_budget_lengthens_along_a_non_monotonic_table():
+    # verify-8 cheaper than verify-5 (as measured on this CPU): a 4-draft budget grows for free, up
+    # to 9 drafts (cost(10) interpolates to 3.32 <= cost(5) = 3.33).
+    t = CostTable(((2, 1.75), (3, 2.08), (4, 2.27), (5, 3.33), (6, 3.68), (8, 2.95), (16, 4.42)))
+    g = CostGate(t, GateOptions(max_draft=16))
+    assert g.budget() == 2  # nothing longer costs <= cost(3)
+    g.record_verify(8, 2)  # 1/8 accepted -> 2 + ceil(2) = 4 -> lengthened
+    assert g.budget() == 9 and t.cost(10) <= t.cost(5) < t.cost(11)
+    assert CostGate(TABLE).budget() == 2  # monotonic table: the formula alone
+
+
+# -- LaneGate --------------------------------------------------------------------------------------
+WARM = GateOptions(lanes=(4, 12), short_match_acceptance=1.0)  # no cold start: every lane opens on
+
+
+def test_losing_short_matches_do_not_silence_long_ones():
+    g = LaneGate(TABLE, WARM)
+    assert [g.lane_of(c) for c in (None, 0, 3, 4, 11, 12, 99)] == [0, 0, 0, 1, 1, 2, 2]
+    for _ in range(2):
+        assert g.should_speculate(2)
+        g.record_verify(7, 1, confidence=2)  # short matches lose
+    assert not g.should_speculate(2) and g.trips == 1
+    assert g.should_speculate(5) and g.should_speculate(20)  # the other lanes still open
+    for _ in range(4):
+        g.record_verify(7, 8, confidence=20)
+    assert g.should_speculate(20) and g.lanes[2].last_estimate > 1.5
+    assert not g.should_speculate(2)
+
+
+def test_a_resting_lane_counts_other_lanes_steps():
+    g = LaneGate(TABLE, GateOptions(lanes=(4,), reprobe_after=4, probe_steps=2, short_match_acceptance=1.0))
+    g.record_verify(7, 1, confidence=2); g.record_verify(7, 1, confidence=2)
+    assert g.lanes[0].state is GateState.OFF
+    g.record_verify(7, 8, confidence=9); g.record_verify(7, 8, confidence=9)  # two steps elsewhere
+    g.record_plain(); g.record_plain()
+    assert g.lanes[0].state is GateState.PROBING  # 4 steps rested, whichever lane made them
+
+
+def test_lanes_share_the_live_scale():
+    g = LaneGate(TABLE, WARM)
+    g.record_plain(0.010)
+    g.record_verify(3, 2, seconds=0.100, confidence=20)
+    assert g.lanes[0].scale == g.lanes[1].scale == g.lanes[2].scale == pytest.approx(1.6)
+
+
+def test_cold_start_follows_the_cost_table():
+    cpu = CostTable(((3, 2.08), (8, 2.95), (16, 4.42)))  # a 2-draft verify needs 54% acceptance
+    gpu = CostTable(((3, 1.05), (8, 1.2), (16, 1.5)))  # needs 2.5%
+    opts = GateOptions(lanes=(4, 12), reprobe_after=8)
+    cold = LaneGate(cpu, opts)
+    assert cold.cold_start and not cold.should_speculate(2) and cold.should_speculate(4)
+    assert cold.trips == 0  # resting is not a trip
+    for _ in range(8):
+        cold.record_plain()
+    assert cold.should_speculate(2) and cold.lanes[0].state is GateState.PROBING
+    warm = LaneGate(gpu, opts)
+    assert not warm.cold_start and warm.should_speculate(2)
+    assert not LaneGate(cpu, GateOptions(lanes=())).cold_start  # one lane: the design's gate
+
+
+def test_single_lane_is_the_cost_gate():
+    """use_lanes=False (a source without confidence) behaves exactly like one CostGate."""
+    g, ref = LaneGate(TABLE, GateOptions(), use_lanes=False), CostGate(TABLE, GateOptions())
+    script = [(7, 1), (7, 1)] + [None] * 130 + [(7, 8)] * 4 + [(3, 1)] * 10
+    for ev in script:
+        for x in (g, ref):
+            if ev is None:
+                x.record_plain()
+            else:
+                x.record_verify(*ev)
+        assert g.should_speculate(50) == ref.should_speculate() and g.budget(50) == ref.budget()
+        assert g.state is ref.state and (g.trips, g.probes) == (ref.trips, ref.probes)
+    assert str(g) == str(ref)

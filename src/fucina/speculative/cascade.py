@@ -267,6 +267,16 @@ class SpeculationIndex:
                 return self._remember(self._rec_gate, draft)
         return []
 
+    def confidence(self) -> int:
+        """Longest unmuted SAM match, the confidence of the next draft; 0 if below ``min_match``
+        (the draft, if any, would come from recycling). O(1) per source."""
+        now = len(self._conv)
+        best = 0 if self._conv_gate.muted(now) else self._conv.match_len()
+        for ref in self._refs:
+            if not ref.gate.muted(now):
+                best = max(best, ref.cursor.match_len())
+        return best if best >= self.options.min_match else 0
+
     def observe(self, committed: Sequence[int]) -> None:
         """Append committed tokens to every source (muted ones too) and settle the pending draft.
 

@@ -31,7 +31,7 @@ from fucina.errors import InvalidOption, NotRewindable
 from fucina.generate import CommittedStream
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
-from fucina.speculative.gate import CostGate, GateOptions
+from fucina.speculative.gate import GateOptions, LaneGate
 from fucina.speculative.source import DraftSource
 from fucina.speculative.topk import topk_rows
 
@@ -109,7 +109,9 @@ class SpeculativeDecoder(CommittedStream):
         self.source = source
         self.sampler = sampler
         self.options = options or SpecOptions()
-        self.gate = CostGate(cost_table, self.options.gate)
+        # Lanes need the source to say how confident a draft will be; others get the single gate.
+        self._confidence = getattr(source, "confidence", None)
+        self.gate = LaneGate(cost_table, self.options.gate, use_lanes=callable(self._confidence))
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()
@@ -141,12 +143,13 @@ class SpeculativeDecoder(CommittedStream):
             row, self._pending = self._pending, None
             return self._commit_plain(row, self.history[-1], forward=False, seconds=None)
         gate = self.gate
-        speculate = gate.should_speculate() or not self.options.gate_enabled
+        conf = self._confidence() if self._confidence is not None else None
+        speculate = gate.should_speculate(conf) or not self.options.gate_enabled
         # 1. Draft. k drafts + 1 bonus must fit the token budget and the context.
         draft: Sequence[int] = ()
         room = min(left - 1, self.model.context_length - self.model.kv_len - 1)
         if speculate and room >= gate.options.min_draft:
-            budget = min(gate.budget(), room)
+            budget = min(gate.budget(conf), room)
             draft = list(self.source.suggest(self.history, budget))[:budget]
         if len(draft) < gate.options.min_draft:
             # Fallback: a plain step (it never enters the gate's window).
@@ -154,7 +157,7 @@ class SpeculativeDecoder(CommittedStream):
             row = self.model.forward_step([self._carried])
             seconds = (self.clock() - t0) if t0 is not None else None
             return self._commit_plain(row, self._carried, forward=True, seconds=seconds)
-        return self._verify([int(t) for t in draft], left, stops)
+        return self._verify([int(t) for t in draft], left, stops, conf)
 
     def _commit_plain(self, row: np.ndarray, input_token: int, forward: bool, seconds: float | None) -> list[int]:
         t = self._sample(row)
@@ -170,7 +173,7 @@ class SpeculativeDecoder(CommittedStream):
         self.source.observe([t])
         return [t]
 
-    def _verify(self, draft: list[int], left: int, stops: frozenset[int]) -> list[int]:
+    def _verify(self, draft: list[int], left: int, stops: frozenset[int], conf: int | None) -> list[int]:
         model = self.model
         base = model.kv_len  # committed tokens in the cache; the carried one is not yet
         hist_len = len(self.history)
@@ -205,7 +208,7 @@ class SpeculativeDecoder(CommittedStream):
         s.drafted += len(draft)
         s.accepted += sum(1 for c, d in zip(committed, draft) if c == d)  # a prefix: we broke at the mismatch
         s.committed += len(committed)
-        self.gate.record_verify(len(draft), len(committed), seconds)
+        self.gate.record_verify(len(draft), len(committed), seconds, conf)
         self.source.observe(committed)
         return committed
 

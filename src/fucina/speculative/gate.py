@@ -5,10 +5,14 @@ verifies (plain and fallback steps never enter it: only verifies can lose time).
 measured :class:`CostTable` scaled by a live multiplier learned from verify/plain timings with a
 clamped EWMA, so one noisy timing cannot flip the gate while a table from another machine is
 corrected within a few verifies. With no clock the table alone applies.
+
+:class:`LaneGate` runs one such gate per confidence lane (the draft source's match length), so a
+losing run of short-match guesses cannot switch off the long-match drafts that win.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 from collections import deque
@@ -41,8 +45,22 @@ class GateOptions:
     scale_max: float = 4.0
     min_draft: int = 2
     max_draft: int = 16
+    #: Confidence edges of the lanes (LaneGate): lane i holds drafts whose source match length is
+    #: in [lanes[i-1], lanes[i]). () = one lane, the design record's single gate.
+    lanes: tuple[int, ...] = (4, 12)
+    #: Per-token acceptance expected of lowest-lane drafts (SAM matches of 2-3 tokens): 18% on the
+    #: Spec-Bench dev answers (``python -m fucina.bench.replay --from-bench --no-recycling``). When
+    #: the cost table's break-even for that lane's first draft is higher, the lane starts resting.
+    short_match_acceptance: float = 0.18
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.short_match_acceptance <= 1.0:
+            raise InvalidOption(f"short_match_acceptance must be in [0, 1], got {self.short_match_acceptance}")
+        lanes = self.lanes
+        if not isinstance(lanes, tuple) or any(not isinstance(e, int) or isinstance(e, bool) or e < 1 for e in lanes):
+            raise InvalidOption(f"lanes must be a tuple of ints >= 1, got {lanes!r}")
+        if any(a >= b for a, b in zip(lanes, lanes[1:])):
+            raise InvalidOption(f"lanes must be strictly increasing, got {lanes!r}")
         if self.min_window_verifies < 1:
             raise InvalidOption(f"min_window_verifies must be >= 1, got {self.min_window_verifies}")
         if self.rate_window < max(2, self.min_window_verifies, self.probe_steps):
@@ -101,18 +119,27 @@ class CostGate:
         return self.state is not GateState.OFF
 
     def budget(self) -> int:
-        """Draft budget: max(min_draft, 2 + ceil(acceptance * max_draft)) over the window.
+        """Draft budget: max(min_draft, 2 + ceil(acceptance * max_draft)) over the window, then
+        lengthened to the longest draft (<= max_draft) the table prices no higher.
 
-        With no evidence yet (start, or a fresh probe) acceptance counts as 0: the first verifies
-        are the cheap ones, so a source that misses costs little, and one that hits reaches
-        max_draft after a single fully accepted verify.
+        With no evidence yet (start, or a fresh probe) acceptance counts as 0, so the first verifies
+        are the short ones. Acceptance is taken over at least ``min_window_drafted`` tokens (the
+        same thin-window rule the estimate uses): one accepted 2-token draft ramps the budget to
+        ~6, not straight to max_draft — on this CPU a missed 16-token verify costs 4-7 plain steps.
+        The lengthening is free on a non-monotonic CPU curve (e.g. verify-8 measured cheaper than
+        verify-5): a longer draft's accepted prefix is never shorter, and the table says it costs
+        no more.
         """
         o = self.options
         drafted = sum(v.drafted for v in self._window)
         if drafted == 0:
-            return min(o.max_draft, max(o.min_draft, 2))
-        accepted = sum(max(0, v.committed - 1) for v in self._window)
-        return min(o.max_draft, max(o.min_draft, 2 + math.ceil(accepted / drafted * o.max_draft)))
+            k = min(o.max_draft, max(o.min_draft, 2))
+        else:
+            accepted = sum(max(0, v.committed - 1) for v in self._window)
+            # A thin window (< min_window_drafted tokens) is not yet evidence of full acceptance.
+            k = min(o.max_draft, max(o.min_draft, 2 + math.ceil(accepted / max(drafted, o.min_window_drafted) * o.max_draft)))
+        price = self.table.cost(k + 1)
+        return max((j for j in range(k, o.max_draft + 1) if self.table.cost(j + 1) <= price), default=k)
 
     def verify_cost(self, rows: int) -> float:
         """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
@@ -163,6 +190,11 @@ class CostGate:
         elif self.state is GateState.ON and est is not None and est < o.min_speedup:
             self._trip(double=False)
 
+    def rest(self) -> None:
+        """Start resting (reprobe_after plain steps, then a probe) without counting a trip."""
+        self.state = GateState.OFF
+        self._rest = self._backoff
+
     def _trip(self, double: bool) -> None:
         o = self.options
         if double:
@@ -174,3 +206,86 @@ class CostGate:
     def __str__(self) -> str:
         est = "-" if self.last_estimate is None else f"{self.last_estimate:.2f}"
         return f"gate={self.state.value} est={est}x scale={self.scale:.2f} trips={self.trips} probes={self.probes}"
+
+
+class LaneGate:
+    """One :class:`CostGate` per confidence lane, sharing the live cost scale.
+
+    Why lanes: a verify's odds depend on the draft's confidence. On this CPU a 2-token verify costs
+    ~2 plain steps, so short-match guesses (accepted ~30% per token) lose, while drafts from 8+
+    token matches are usually accepted whole. Under one window the early short-match losses trip
+    the gate, and the long matches that follow (a question's numbers, a passage being quoted)
+    are never drafted. Each lane keeps the design record's state machine, window, hysteresis and
+    backoff; a step spent in another lane counts as a disabled step for a resting lane.
+
+    The lowest lane starts resting (a probe after ``reprobe_after`` steps, like a tripped gate) when
+    the table prices its first draft above what short matches are expected to reach
+    (``short_match_acceptance``): on this CPU a 2-token verify needs 54% acceptance, short SAM
+    matches give ~18%, so opening with them would only pay probe losses. On a table where short
+    verifies are cheap it starts on, as in the design record.
+
+    ``confidence`` is the draft source's match length (``DraftSource.confidence()``); ``None`` (a
+    source that cannot say) always maps to lane 0. With ``options.lanes == ()`` or
+    ``use_lanes=False`` this is exactly the single CostGate.
+    """
+
+    def __init__(self, table: CostTable, options: GateOptions | None = None, use_lanes: bool = True) -> None:
+        o = self.options = options or GateOptions()
+        self.edges = o.lanes if use_lanes else ()
+        self.lanes = [CostGate(table, o) for _ in range(len(self.edges) + 1)]
+        self.cold_start = bool(self.edges) and table.break_even(o.min_draft + 1) > o.short_match_acceptance
+        if self.cold_start:
+            self.lanes[0].rest()
+        self._last = 0  # lane of the last decision, for ``state``
+
+    def lane_of(self, confidence: int | None) -> int:
+        return 0 if confidence is None else bisect.bisect_right(self.edges, confidence)
+
+    def should_speculate(self, confidence: int | None = None) -> bool:
+        self._last = self.lane_of(confidence)
+        return self.lanes[self._last].should_speculate()
+
+    def budget(self, confidence: int | None = None) -> int:
+        return self.lanes[self.lane_of(confidence)].budget()
+
+    def record_plain(self, seconds: float | None = None) -> None:
+        for lane in self.lanes:
+            lane.record_plain(seconds)
+
+    def record_verify(self, drafted: int, committed: int, seconds: float | None = None,
+                      confidence: int | None = None) -> None:
+        i = self.lane_of(confidence)
+        used = self.lanes[i]
+        used.record_verify(drafted, committed, seconds)
+        for j, lane in enumerate(self.lanes):
+            if j != i:
+                lane.scale = used.scale  # the machine's verify/plain ratio is one fact, not per lane
+                lane.record_plain(None)  # a step it sat out: counts toward its re-probe
+
+    # -- summaries for stats lines and benches ----------------------------------------------------
+    @property
+    def state(self) -> GateState:
+        """State of the lane the last decision consulted."""
+        return self.lanes[self._last].state
+
+    @property
+    def scale(self) -> float:
+        return self.lanes[0].scale
+
+    @property
+    def trips(self) -> int:
+        return sum(g.trips for g in self.lanes)
+
+    @property
+    def probes(self) -> int:
+        return sum(g.probes for g in self.lanes)
+
+    def __str__(self) -> str:
+        if len(self.lanes) == 1:
+            return str(self.lanes[0])
+        parts = []
+        for i, g in enumerate(self.lanes):
+            lo = self.edges[i - 1] if i else 0
+            est = "-" if g.last_estimate is None else f"{g.last_estimate:.2f}x"
+            parts.append(f"m{lo}+:{g.state.value}/{est}")
+        return f"gate=[{' '.join(parts)}] scale={self.scale:.2f} trips={self.trips} probes={self.probes}"

@@ -18,6 +18,9 @@ class DraftSource(Protocol):
     Call order the decoder guarantees: ``observe`` receives every committed token exactly once, in
     order (prompt first); ``suggest`` is called between observes and sees the same stream as
     ``context``. ``observe_topk`` is only called when ``wants_topk`` is true.
+
+    Optional: ``confidence() -> int``, the match length behind the draft the next ``suggest`` would
+    make (0 for none). A source that has it gets one cost gate per confidence lane (LaneGate).
     """
 
     #: When true, the decoder computes the top-K of every verified row and calls ``observe_topk``.
