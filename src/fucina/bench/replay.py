@@ -42,6 +42,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
+from fucina.speculative.gate import GateOptions
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
            "main"]
@@ -93,6 +94,8 @@ class WorkloadResult:
     steps: int = 0
     ns: int = 0
     sources: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
+    #: The same steps keyed by the cascade's confidence (SAM match length) bucket, see LANES.
+    lanes: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -100,7 +103,18 @@ class WorkloadResult:
             "tokens_per_step": self.tokens / self.steps if self.steps else 0.0,
             "us_per_step": self.ns / 1e3 / self.steps if self.steps else 0.0,
             "sources": {k: v.as_dict() for k, v in sorted(self.sources.items())},
+            "lanes": {k: v.as_dict() for k, v in sorted(self.lanes.items())},
         }
+
+
+def lane_label(confidence: int, edges: Sequence[int] = GateOptions().lanes) -> str:
+    """Name of the gate lane a draft of this confidence falls in, e.g. ``m0-3``, ``m4-11``, ``m12+``."""
+    lo = 0
+    for e in edges:
+        if confidence < e:
+            return f"m{lo}-{e - 1}"
+        lo = e
+    return f"m{lo}+"
 
 
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
@@ -126,6 +140,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
     result.streams += 1
     result.tokens += len(full) - start
     while i < len(full):
+        lane = lane_label(idx.confidence())
         t0 = clock()
         draft = idx.suggest(full[:i], budget)
         source = idx.last_source or NO_DRAFT
@@ -139,11 +154,11 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         t1 = clock()
         if synth_topk and k:
             _feed_synthetic_topk(idx, full, i, len(commit), successors, k)
-        tally = result.sources[source]
-        tally.steps += 1
-        tally.drafted += len(draft)
-        tally.accepted += accepted
-        tally.ns += t1 - t0
+        for tally in (result.sources[source], result.lanes[lane]):
+            tally.steps += 1
+            tally.drafted += len(draft)
+            tally.accepted += accepted
+            tally.ns += t1 - t0
         result.steps += 1
         result.ns += t1 - t0
         i += len(commit)
@@ -242,6 +257,11 @@ def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: boo
             mean = f"{s['mean_accepted']:>10.2f}" if name != NO_DRAFT else f"{'-':>10}"
             lines.append(f"  {name:<24}{tally.steps:>8}{'':>9}{'':>10}{s['us_per_step']:>10.1f}"
                          f"{tally.drafted:>9}{acc}{mean}")
+        for name, tally in sorted(r.lanes.items(), key=lambda kv: int(kv[0][1:].split("-")[0].rstrip("+"))):
+            if tally.drafted:
+                s = tally.as_dict()
+                lines.append(f"  {'lane ' + name:<24}{tally.steps:>8}{'':>9}{'':>10}{'':>10}"
+                             f"{tally.drafted:>9}{s['acceptance']:>8.1%}{s['mean_accepted']:>10.2f}")
     return "\n".join(lines)
 
 
@@ -255,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="bench rows per group")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the copy/edit transcripts")
     ap.add_argument("--budget", type=int, default=16, help="caller draft budget per step")
+    ap.add_argument("--no-recycling", action="store_true",
+                    help="cascade without the recycling fallback (SAM sources only, as on CPU tables)")
     ap.add_argument("--synth-topk", action="store_true",
                     help="feed recycling top-K rows synthesized from the stream's own bigrams")
     ap.add_argument("--vocab-size", type=int, default=None,
@@ -297,11 +319,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
-            replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk)
+            replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk,
+                          options=CascadeOptions(recycling=not a.no_recycling))
         results.append(result)
 
     if a.json:
-        print(json.dumps({"budget": a.budget, "synth_topk": a.synth_topk,
+        print(json.dumps({"budget": a.budget, "synth_topk": a.synth_topk, "recycling": not a.no_recycling,
                           "bench_rows_skipped": skipped,
                           "workloads": [r.as_dict() for r in results]}, indent=2))
     else:
