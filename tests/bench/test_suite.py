@@ -142,6 +142,19 @@ def test_task_summary_uses_medians_and_ratio_of_medians():
     assert fuc.tokens_per_step == pytest.approx(2.5)
 
 
+def test_a_task_the_model_ends_at_once_gets_no_speedup():
+    # plain stopped after 1 token (it came from the prefill): tok/s ratios there are noise, e.g. 12x
+    runs = []
+    for r in range(3):
+        runs += [rec("s", "g", "plain", r, 1e-3, tokens=1), rec("s", "g", "peer", r, 1e-4, tokens=1),
+                 rec("t", "g", "plain", r, 1.0), rec("t", "g", "peer", r, 2.0)]
+    ts = {(t.task_id, t.method): t for t in summarize_tasks(runs)}
+    assert ts[("s", "peer")].speedup is None and ts[("s", "plain")].speedup is None
+    assert ts[("t", "peer")].speedup == pytest.approx(0.5)
+    [g] = [g for g in summarize_groups(runs) if g.group == "g" and g.method == "peer"]
+    assert g.speedup == pytest.approx(0.5) and g.tasks == 2
+
+
 def test_group_summary_medians_over_tasks_and_pools_identity():
     gs = {(g.group, g.method): g for g in summarize_groups(synthetic_runs())}
     f = gs[("g", "fucina")]

@@ -162,8 +162,17 @@ def method_order(methods: Iterable[str]) -> list[str]:
     return [m for m in METHODS if m in ms] + sorted(ms - set(METHODS))
 
 
+#: Plain outputs shorter than this have no decode phase worth timing (the first token comes from the
+#: prefill, so a 1-token "generation" takes microseconds): such a task gets no speedup figure.
+MIN_TIMED_TOKENS = 8
+
+
 def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
-    """Per (model, task, method) medians over repeats, with speedup and oracle fraction."""
+    """Per (model, task, method) medians over repeats, with speedup and oracle fraction.
+
+    A task whose plain run generated fewer than MIN_TIMED_TOKENS tokens (the model stopped at once)
+    gets ``speedup=None`` for every method, so it cannot skew a group's median.
+    """
     cells: dict[tuple[str, str, str], list[RunRecord]] = {}
     for r in runs:
         cells.setdefault((r.model, r.task_id, r.method), []).append(r)
@@ -183,7 +192,8 @@ def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
         )
     for (model, task, method), s in base.items():
         plain = base.get((model, task, "plain"))
-        if plain is not None and plain.tok_s > 0:
+        plain_tokens = statistics.median(r.tokens for r in cells.get((model, task, "plain"), [])) if plain else 0
+        if plain is not None and plain.tok_s > 0 and plain_tokens >= MIN_TIMED_TOKENS:
             s.speedup = s.tok_s / plain.tok_s
     for (model, task, method), s in base.items():
         oracle = base.get((model, task, "oracle"))
