@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
 SHARED=${SHARED:-../shared/bench}
-PER_GROUP=${PER_GROUP:-1}
+PER_GROUP=${PER_GROUP:-3}
 mkdir -p "$OUT"
 export FUCINA_CACHE="$PWD/$OUT/cache"   # cost tables calibrated on this quiet machine, not reused ones
 python "$SHARED/make_tasks.py" --out "$OUT/tasks.jsonl" --per-group "$PER_GROUP"
@@ -13,16 +13,22 @@ python "$SHARED/make_tasks.py" --out "$OUT/tasks.jsonl" --per-group "$PER_GROUP"
 python -m fucina.bench.sampling --json > "$OUT/sampling.json"
 python -m fucina.bench.sam --from-bench --bench-dir "$SHARED" --repeats 3 --json > "$OUT/sam.json"
 python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --json > "$OUT/replay.json"
+python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --no-recycling --no-synthetic > "$OUT/replay-sam-lanes.txt"
 # Verify cost tables, standard build.
 for m in gemma3-270m smollm2-135m; do
   fucina spec-bench "$m" --repeats 5 --out "$OUT/cost-$m.json" > "$OUT/cost-$m.txt"
 done
 # Tier 2: end to end, standard build (distribution level).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
+fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only --repeats 3 \
+  --out "$OUT/suite-smollm2"
+# Where a step's time goes (model forward vs sampler vs index vs gate vs the decoder's Python).
+python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
 # The exact engine variant (python -m fucina.engine build-exact): cost of exactness, side by side.
 EXACT_ENV=$(python -c "from fucina.engine import exact_env; print(exact_env()['PYTHONPATH'])")
 for m in gemma3-270m smollm2-135m; do
   PYTHONPATH="$EXACT_ENV" python -m fucina.cli spec-bench "$m" --exact --repeats 5 --out "$OUT/cost-exact-$m.json" > "$OUT/cost-exact-$m.txt"
 done
 PYTHONPATH="$EXACT_ENV" python -m fucina.cli bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --exact \
-  --methods plain,fucina,oracle --repeats 3 --out "$OUT/suite-gemma3-exact"
+  --methods plain,fucina,oracle --per-group 1 --repeats 3 --out "$OUT/suite-gemma3-exact"
+python -m fucina.bench.exactness --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1   # divergence audit, standard build (not timed)
