@@ -113,6 +113,11 @@ class CostGate:
         self.trips = 0
         self.probes = 0
         self.last_estimate: float | None = None
+        # longest[k]: the longest draft (<= max_draft) the table prices no higher than k drafts.
+        # The table is fixed, so this is computed once, not on every step's budget().
+        o = self.options
+        self._longest = {k: max(j for j in range(k, o.max_draft + 1) if table.cost(j + 1) <= table.cost(k + 1))
+                         for k in range(o.min_draft, o.max_draft + 1)}
 
     # -- decisions ---------------------------------------------------------------------------
     def should_speculate(self) -> bool:
@@ -138,8 +143,7 @@ class CostGate:
             accepted = sum(max(0, v.committed - 1) for v in self._window)
             # A thin window (< min_window_drafted tokens) is not yet evidence of full acceptance.
             k = min(o.max_draft, max(o.min_draft, 2 + math.ceil(accepted / max(drafted, o.min_window_drafted) * o.max_draft)))
-        price = self.table.cost(k + 1)
-        return max((j for j in range(k, o.max_draft + 1) if self.table.cost(j + 1) <= price), default=k)
+        return self._longest[k]
 
     def verify_cost(self, rows: int) -> float:
         """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
