@@ -7,7 +7,7 @@ import pytest
 from fucina.errors import (CostTableEmpty, InvalidOption, ProbeStepsZero, RateWindowTooSmall,
                            ReprobeAfterZero)
 from fucina.speculative.costs import CostTable
-from fucina.speculative.gate import CostGate, GateOptions, GateState, LaneGate
+from fucina.speculative.gate import CostGate, GateOptions, GateState, LaneGate, lane_label
 
 TABLE = CostTable(((2, 1.6), (4, 2.5), (8, 4.4), (16, 7.3)), "test")
 
@@ -188,6 +188,7 @@ WARM = GateOptions(lanes=(4, 12), short_match_acceptance=1.0)  # no cold start: 
 def test_losing_short_matches_do_not_silence_long_ones():
     g = LaneGate(TABLE, WARM)
     assert [g.lane_of(c) for c in (None, 0, 3, 4, 11, 12, 99)] == [0, 0, 0, 1, 1, 2, 2]
+    assert [lane_label(g.edges, i) for i in range(3)] == ["m0-3", "m4-11", "m12+"]
     for _ in range(2):
         assert g.should_speculate(2)
         g.record_verify(7, 1, confidence=2)  # short matches lose

@@ -42,7 +42,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
-from fucina.speculative.gate import GateOptions
+from fucina.speculative.gate import GateOptions, lane_index, lane_label
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
            "main"]
@@ -94,8 +94,8 @@ class WorkloadResult:
     steps: int = 0
     ns: int = 0
     sources: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
-    #: The same steps keyed by the cascade's confidence (SAM match length) bucket, see LANES.
-    lanes: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
+    #: The same steps keyed by gate lane (the cascade's confidence), see LANE_EDGES.
+    lanes: dict[int, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -103,18 +103,12 @@ class WorkloadResult:
             "tokens_per_step": self.tokens / self.steps if self.steps else 0.0,
             "us_per_step": self.ns / 1e3 / self.steps if self.steps else 0.0,
             "sources": {k: v.as_dict() for k, v in sorted(self.sources.items())},
-            "lanes": {k: v.as_dict() for k, v in sorted(self.lanes.items())},
+            "lanes": {lane_label(LANE_EDGES, k): v.as_dict() for k, v in sorted(self.lanes.items())},
         }
 
 
-def lane_label(confidence: int, edges: Sequence[int] = GateOptions().lanes) -> str:
-    """Name of the gate lane a draft of this confidence falls in, e.g. ``m0-3``, ``m4-11``, ``m12+``."""
-    lo = 0
-    for e in edges:
-        if confidence < e:
-            return f"m{lo}-{e - 1}"
-        lo = e
-    return f"m{lo}+"
+#: Gate lane edges the replay tallies by (the decoder's defaults).
+LANE_EDGES = GateOptions().lanes
 
 
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
@@ -140,7 +134,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
     result.streams += 1
     result.tokens += len(full) - start
     while i < len(full):
-        lane = lane_label(idx.confidence())
+        lane = lane_index(LANE_EDGES, idx.confidence())
         t0 = clock()
         draft = idx.suggest(full[:i], budget)
         source = idx.last_source or NO_DRAFT
@@ -257,10 +251,10 @@ def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: boo
             mean = f"{s['mean_accepted']:>10.2f}" if name != NO_DRAFT else f"{'-':>10}"
             lines.append(f"  {name:<24}{tally.steps:>8}{'':>9}{'':>10}{s['us_per_step']:>10.1f}"
                          f"{tally.drafted:>9}{acc}{mean}")
-        for name, tally in sorted(r.lanes.items(), key=lambda kv: int(kv[0][1:].split("-")[0].rstrip("+"))):
+        for lane, tally in sorted(r.lanes.items()):
             if tally.drafted:
                 s = tally.as_dict()
-                lines.append(f"  {'lane ' + name:<24}{tally.steps:>8}{'':>9}{'':>10}{'':>10}"
+                lines.append(f"  {'lane ' + lane_label(LANE_EDGES, lane):<24}{tally.steps:>8}{'':>9}{'':>10}{'':>10}"
                              f"{tally.drafted:>9}{s['acceptance']:>8.1%}{s['mean_accepted']:>10.2f}")
     return "\n".join(lines)
 

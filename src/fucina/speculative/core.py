@@ -110,8 +110,9 @@ class SpeculativeDecoder(CommittedStream):
         self.sampler = sampler
         self.options = options or SpecOptions()
         # Lanes need the source to say how confident a draft will be; others get the single gate.
-        self._confidence = getattr(source, "confidence", None)
-        self.gate = LaneGate(cost_table, self.options.gate, use_lanes=callable(self._confidence))
+        confidence = getattr(source, "confidence", None)
+        self._confidence = confidence if callable(confidence) else None
+        self.gate = LaneGate(cost_table, self.options.gate, use_lanes=self._confidence is not None)
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()

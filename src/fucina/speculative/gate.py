@@ -212,6 +212,17 @@ class CostGate:
         return f"gate={self.state.value} est={est}x scale={self.scale:.2f} trips={self.trips} probes={self.probes}"
 
 
+def lane_index(edges: tuple[int, ...], confidence: int | None) -> int:
+    """Lane of a draft with this confidence (match length) under ``edges``; None -> lane 0."""
+    return 0 if confidence is None else bisect.bisect_right(edges, confidence)
+
+
+def lane_label(edges: tuple[int, ...], lane: int) -> str:
+    """A lane's match-length range, e.g. ``m0-3``, ``m4-11``, ``m12+`` for edges (4, 12)."""
+    lo = edges[lane - 1] if lane else 0
+    return f"m{lo}-{edges[lane] - 1}" if lane < len(edges) else f"m{lo}+"
+
+
 class LaneGate:
     """One :class:`CostGate` per confidence lane, sharing the live cost scale.
 
@@ -243,7 +254,7 @@ class LaneGate:
         self._last = 0  # lane of the last decision, for ``state``
 
     def lane_of(self, confidence: int | None) -> int:
-        return 0 if confidence is None else bisect.bisect_right(self.edges, confidence)
+        return lane_index(self.edges, confidence)
 
     def should_speculate(self, confidence: int | None = None) -> bool:
         self._last = self.lane_of(confidence)
