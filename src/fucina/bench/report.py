@@ -37,6 +37,12 @@ METHOD_LEGEND: dict[str, str] = {
 }
 
 
+def _known_fields(cls, d: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` restricted to ``cls``'s dataclass fields (derived keys like tok_s are dropped)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
 @dataclass
 class RunRecord:
     """One timed generation of one method on one task in one repeat."""
@@ -82,8 +88,7 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "RunRecord":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**_known_fields(cls, d))
 
 
 @dataclass
@@ -105,8 +110,7 @@ class Divergence:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Divergence":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**_known_fields(cls, d))
 
 
 @dataclass
@@ -176,6 +180,8 @@ def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
     cells: dict[tuple[str, str, str], list[RunRecord]] = {}
     for r in runs:
         cells.setdefault((r.model, r.task_id, r.method), []).append(r)
+    plain_tokens = {(model, task): statistics.median(r.tokens for r in rs)
+                    for (model, task, method), rs in cells.items() if method == "plain"}
     base: dict[tuple[str, str, str], TaskSummary] = {}
     for (model, task, method), rs in cells.items():
         base[(model, task, method)] = TaskSummary(
@@ -192,8 +198,7 @@ def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
         )
     for (model, task, method), s in base.items():
         plain = base.get((model, task, "plain"))
-        plain_tokens = statistics.median(r.tokens for r in cells.get((model, task, "plain"), [])) if plain else 0
-        if plain is not None and plain.tok_s > 0 and plain_tokens >= MIN_TIMED_TOKENS:
+        if plain is not None and plain.tok_s > 0 and plain_tokens[(model, task)] >= MIN_TIMED_TOKENS:
             s.speedup = s.tok_s / plain.tok_s
     for (model, task, method), s in base.items():
         oracle = base.get((model, task, "oracle"))
