@@ -32,6 +32,19 @@ def test_components_add_up_to_the_generation_time():
     assert "fucina" in format_table({"fucina": s})
 
 
+def test_instrumentation_is_removed_when_a_run_raises():
+    model = FakeModel()
+    [p] = prepare(model, [Task("rep", "repeat", "repeat", "abc abc abc", [], 8, 0.0)])
+
+    def boom(tokens):
+        raise RuntimeError("backend failed")
+
+    model.forward_step = boom  # profile_task wraps this instance attribute, then must drop it
+    with pytest.raises(RuntimeError):
+        profile_task(model, p, TABLE, "plain")
+    assert "forward_step" not in vars(model) and "forward_step_all_logits" not in vars(model)
+
+
 def test_timers_count_time_even_when_the_call_raises():
     class Boom:
         def go(self):

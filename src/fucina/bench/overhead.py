@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 from fucina.errors import FucinaError
 
 COMPONENTS = ("forward", "sample", "index", "gate", "other")
+FORWARDS = ("forward_step", "forward_step_all_logits")
 
 
 class Timers:
@@ -57,11 +58,6 @@ class Timers:
         setattr(obj, method, timed)
 
 
-def _instrument_model(model, timers: Timers) -> None:
-    for name in ("forward_step", "forward_step_all_logits"):
-        timers.wrap(model, name, "forward")
-
-
 def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, int], int]:
     """Run one prepared task with ``method`` ("plain" or "fucina"); return (ns per component, tokens)."""
     from fucina.bench.suite import _spec_source
@@ -71,29 +67,29 @@ def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, in
 
     timers = Timers()
     model.reset()
-    _instrument_model(model, timers)
-    sampler = Sampler(prepared.options)
-    timers.wrap(sampler, "sample", "sample")
-    if method == "plain":
-        decoder = PlainDecoder(model, sampler)
-    else:
-        source = _spec_source(model, "fucina", prepared.refs, [], cost_table)
-        for name in ("suggest", "observe", "observe_topk", "confidence"):
-            timers.wrap(source, name, "index")
-        decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
-        for name in ("should_speculate", "budget", "record_verify", "record_plain"):
-            timers.wrap(decoder.gate, name, "gate")
-    decoder.feed(prepared.prompt)
-    timers.ns.clear()  # generation only: the prefill's forward and the prompt's observe are not steps
-    t0 = time.perf_counter_ns()
-    out = list(decoder.generate(prepared.task.gen, frozenset(model.eos_ids)))
-    total = time.perf_counter_ns() - t0
-    for name in ("forward_step", "forward_step_all_logits"):
-        try:
-            delattr(model, name)  # back to the class's methods
-        except AttributeError:
-            pass
-    model.reset()
+    for name in FORWARDS:
+        timers.wrap(model, name, "forward")
+    try:
+        sampler = Sampler(prepared.options)
+        timers.wrap(sampler, "sample", "sample")
+        if method == "plain":
+            decoder = PlainDecoder(model, sampler)
+        else:
+            source = _spec_source(model, "fucina", prepared.refs, [], cost_table)
+            for name in ("suggest", "observe", "observe_topk", "confidence"):
+                timers.wrap(source, name, "index")
+            decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
+            for name in ("should_speculate", "budget", "record_verify", "record_plain"):
+                timers.wrap(decoder.gate, name, "gate")
+        decoder.feed(prepared.prompt)
+        timers.ns.clear()  # generation only: the prefill's forward and the prompt's observe are not steps
+        t0 = time.perf_counter_ns()
+        out = list(decoder.generate(prepared.task.gen, frozenset(model.eos_ids)))
+        total = time.perf_counter_ns() - t0
+    finally:
+        for name in FORWARDS:
+            vars(model).pop(name, None)  # back to the class's methods, also after an error
+        model.reset()
     parts = dict(timers.ns)
     parts["other"] = total - sum(parts.values())
     parts["total"] = total
@@ -132,9 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fucina.models import load_model
 
     try:
-        tasks = select_tasks(load_tasks(a.tasks), groups=a.group)
-        if not tasks:
-            raise FucinaError(f"no tasks selected from {a.tasks}")
+        tasks = select_tasks(load_tasks(a.tasks), groups=a.group)  # raises when nothing is left
         model = load_model(a.model)
         table = load_or_calibrate(model)
         prepared = prepare(model, tasks)
