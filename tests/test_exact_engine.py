@@ -10,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fucina.engine import exact_engine_ready, exact_env
 
 pytestmark = pytest.mark.real_model
+
+#: The project's own prompt set (the suite never reads data outside the repository).
+PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +33,7 @@ def env():
 
 
 def _exactness(env, *args: str) -> list[dict]:
-    r = subprocess.run([sys.executable, "-m", "fucina.bench.exactness", "--json", *args], env=env,
+    r = subprocess.run([sys.executable, "-m", "fucina.bench.exactness", "--json", "--prompt-file", str(PROMPTS), *args], env=env,
                        capture_output=True, text=True, timeout=3000)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
@@ -42,7 +46,7 @@ def test_engine_variant_is_the_exact_build(env):
 
 
 def test_speculative_equals_plain_bitwise_on_dev_prompts(env):
-    """10 dev prompts x greedy and sampled x 128 tokens x both models: 100% token-for-token identical."""
+    """10 prompts x greedy and sampled x 128 tokens x both models: 100% token-for-token identical."""
     results = _exactness(env, "--exact-load", "--prompts", "10", "--gen", "128")
     assert {r["model"] for r in results} == {"gemma3-270m", "smollm2-135m"}
     for r in results:

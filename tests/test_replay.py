@@ -4,7 +4,7 @@ import pytest
 
 from fucina.backends.fake import FakeModel
 from fucina.generate import PlainDecoder
-from fucina.replay import RecordingModel, replay
+from fucina.shape_audit import RecordingModel, replay
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
@@ -55,7 +55,7 @@ def test_replay_fails_when_truncation_is_broken(monkeypatch):
 @pytest.mark.parametrize("opts", [SamplerOptions(), SAMPLED], ids=["greedy", "sampled"])
 def test_replay_bitwise_on_real_engine(gemma, opts):
     """Works on the standard (non-batch-invariant) build: same shapes give bitwise-equal rows."""
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     fresh = load_model("gemma3-270m", n_ctx=2048)
     gemma.reset()

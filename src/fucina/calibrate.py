@@ -29,7 +29,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FUCINA_CACHE", Path.home() / ".cache" / "fucina"))
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -49,7 +49,7 @@ def machine_key(model) -> str:
     opts = getattr(model, "options", None)
     variant = f"bufts{int(getattr(opts, 'use_extra_bufts', True))}-t{getattr(model, 'n_threads', 0)}"
     engine = _engine_id()
-    raw = f"{path.name}|{size}|{variant}|{engine}|{_cpu_name()}|{os.cpu_count()}"
+    raw = f"{path.name}|{size}|{variant}|{engine}|{cpu_name()}|{os.cpu_count()}"
     return f"{path.stem}-{hashlib.sha1(raw.encode()).hexdigest()[:12]}"
 
 
@@ -97,7 +97,7 @@ def measure_cost_table(
     model.reset()
     one = best[1] if 1 in best else min(best.values())
     source = (
-        f"measured {time.strftime('%Y-%m-%d')} on {_cpu_name()} ({getattr(model, 'n_threads', '?')} threads), "
+        f"measured {time.strftime('%Y-%m-%d')} on {cpu_name()} ({getattr(model, 'n_threads', '?')} threads), "
         f"{Path(getattr(model, 'path', 'model')).name}, best of {repeats}, plain step {1000 * one:.2f} ms"
     )
     return CostTable(tuple((n, max(1.0, best[n] / one)) for n in sorted(best) if n > 1), source)

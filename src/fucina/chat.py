@@ -40,7 +40,7 @@ import numpy as np
 from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOverflow,
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
-from fucina.generate import GenerationStats, PlainDecoder, TextStreamer
+from fucina.generate import GenerationStats, PlainDecoder, StopScanner, TextStreamer
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeStats, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
@@ -425,7 +425,7 @@ class Conversation:
             room = model.context_length - model.kv_len
             budget = min(opts.max_tokens, room)
             stats.stop_reason = "length" if budget == opts.max_tokens else "context"
-            scanner = _StopScanner(opts.stop_sequences) if opts.stop_sequences else None
+            scanner = StopScanner(opts.stop_sequences) if opts.stop_sequences else None
             if self._gate is not None:
                 self._gate.arm(stops)
             streamer = TextStreamer(model)
@@ -543,33 +543,3 @@ def _renderer(model, template: Union[str, Renderer, None]) -> Renderer:
         return apply(messages, add_assistant=add_assistant, template=template)
 
     return render
-
-
-class _StopScanner:
-    """Streams text while withholding anything that could still become a stop sequence."""
-
-    def __init__(self, sequences: Sequence[str]) -> None:
-        self._seqs = tuple(sequences)
-        self._buf = ""
-
-    def push(self, chunk: str) -> tuple[str, bool]:
-        """Returns (text safe to show, whether a stop sequence completed)."""
-        buf = self._buf + chunk
-        hits = [i for i in (buf.find(s) for s in self._seqs) if i >= 0]
-        if hits:
-            self._buf = ""
-            return buf[: min(hits)], True
-        # Hold back the longest suffix that is a proper prefix of some sequence: a sequence
-        # starting there may complete with the next chunk.
-        hold = 0
-        for s in self._seqs:
-            for k in range(min(len(s) - 1, len(buf)), hold, -1):
-                if buf.endswith(s[:k]):
-                    hold = k
-                    break
-        self._buf = buf[len(buf) - hold:] if hold else ""
-        return buf[: len(buf) - hold], False
-
-    def flush(self) -> str:
-        out, self._buf = self._buf, ""
-        return out

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 
 class FucinaError(Exception):
-    """Base class of fucina's named errors."""
+    """Base class of fucina's named errors.
+
+    ``param`` names the argument or request field at fault when there is one (the server puts it
+    in the OpenAI error envelope), else None.
+    """
+
+    def __init__(self, *args: object, param: str | None = None) -> None:
+        super().__init__(*args)
+        self.param = param
 
 
 class InvalidOption(FucinaError, ValueError):
@@ -89,6 +97,10 @@ class StopSequencesNeedPlainDecoding(InvalidOption):
 
 class SpeculationDisabled(FucinaError):
     """A speculation-only feature (e.g. reference documents) was used on a plain conversation."""
+
+
+class ContextLengthExceeded(InvalidArgument):
+    """The prompt plus the requested ``max_tokens`` cannot fit in the model's context."""
 
 
 class ConversationDesync(FucinaError):

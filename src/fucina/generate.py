@@ -41,6 +41,19 @@ class CommittedStream:
             self.history.extend(tokens)
         return tokens
 
+    def adopt(self, prefix: Sequence[int]) -> None:
+        """Start from a KV cache that already holds exactly ``prefix`` (prefix reuse across calls).
+
+        The caller vouches that the model's first ``kv_len`` cache rows are ``prefix``; the next
+        :meth:`feed` appends after them. Only a fresh stream can adopt.
+        """
+        prefix = [int(t) for t in prefix]
+        if self.history or self._pending is not None:
+            raise InvalidOption("adopt() needs a fresh stream (nothing fed yet)")
+        if self.model.kv_len != len(prefix):
+            raise InvalidOption(f"the cache holds {self.model.kv_len} tokens, not the {len(prefix)} adopted")
+        self.history.extend(prefix)
+
     def _check_generate(self, max_tokens: int) -> None:
         if max_tokens < 0:
             raise InvalidOption(f"max_tokens must be >= 0, got {max_tokens}")
@@ -109,6 +122,39 @@ class TextStreamer:
 
     def flush(self) -> str:
         return self._dec.decode(b"", final=True)
+
+
+class StopScanner:
+    """Streams text while withholding anything that could still become a stop string.
+
+    ``push`` returns (text safe to show, whether a stop string completed); on a hit the text is cut
+    right before the earliest stop string and nothing after it is ever shown.
+    """
+
+    def __init__(self, sequences: Sequence[str]) -> None:
+        self._seqs = tuple(sequences)
+        self._buf = ""
+
+    def push(self, chunk: str) -> tuple[str, bool]:
+        buf = self._buf + chunk
+        hits = [i for i in (buf.find(s) for s in self._seqs) if i >= 0]
+        if hits:
+            self._buf = ""
+            return buf[: min(hits)], True
+        # Hold back the longest suffix that is a proper prefix of some sequence: a sequence
+        # starting there may complete with the next chunk.
+        hold = 0
+        for s in self._seqs:
+            for k in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:k]):
+                    hold = k
+                    break
+        self._buf = buf[len(buf) - hold:] if hold else ""
+        return buf[: len(buf) - hold], False
+
+    def flush(self) -> str:
+        out, self._buf = self._buf, ""
+        return out
 
 
 def run(decoder, prompt: Sequence[int], max_tokens: int, stop_ids: Iterable[int] = (),

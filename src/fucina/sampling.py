@@ -123,17 +123,17 @@ def _check_real(
 ) -> None:
     value = getattr(opts, name)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidOption(f"{name} must be {expected}, got {value!r}")
+        raise InvalidOption(f"{name} must be {expected}, got {value!r}", param=name)
     value = float(value)
     if not math.isfinite(value) or not ok(value):
-        raise InvalidOption(f"{name} must be {expected}, got {value!r}")
+        raise InvalidOption(f"{name} must be {expected}, got {value!r}", param=name)
     object.__setattr__(opts, name, value)
 
 
 def _check_int(opts: SamplerOptions, name: str, minimum: int, expected: str) -> None:
     value = getattr(opts, name)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InvalidOption(f"{name} must be an integer {expected}, got {value!r}")
+        raise InvalidOption(f"{name} must be an integer {expected}, got {value!r}", param=name)
     object.__setattr__(opts, name, int(value))
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from fucina.backends.fake import EOS_ID, FakeModel
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, NotRewindable
-from fucina.model import Model
+from fucina.model_protocol import Model
 
 
 def test_satisfies_model_protocol():

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from fucina.backends.llama_cpp import LlamaOptions, LlamaVocab, load_tokenizer
+from fucina.backends.llama_cpp import LlamaOptions, LlamaVocab
+from fucina.catalog import load_tokenizer
 from fucina.errors import ContextOverflow, InvalidOption, ModelLoadError, ModelNotFound
-from fucina.model import Model
-from fucina.models import resolve_model
+from fucina.model_protocol import Model
+from fucina.catalog import resolve_model
 
 pytestmark = pytest.mark.real_model
 

@@ -8,9 +8,14 @@ that file). Bitwise equality is tested on the exact build (tests/test_exact_engi
 build, by the same-shape replay (tests/test_replay.py).
 """
 
+from pathlib import Path
+
 import pytest
 
-from fucina.bench.exactness import compare, dev_prompts
+from fucina.bench.exactness import compare, prompt_file
+
+#: The project's own prompt set (the suite never reads data outside the repository).
+PROMPTS = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
 
 pytestmark = pytest.mark.real_model
 
@@ -18,8 +23,8 @@ NEAR_TIE = 1.0
 
 
 def test_greedy_speculative_equals_plain_or_diverges_at_a_near_tie(gemma):
-    res = compare(gemma, "gemma3-270m", dev_prompts(4), gen=64, exact_load=False, modes=("greedy",))
-    assert res.runs == 4 and res.verifies > 20
+    res = compare(gemma, "gemma3-270m", prompt_file(PROMPTS), gen=64, exact_load=False, modes=("greedy",))
+    assert res.runs == 12 and res.verifies > 60
     for d in res.divergences:
         assert d.top2_gap < NEAR_TIE, d
     # Most streams are identical; a divergence is the exception, not the rule.
@@ -28,7 +33,7 @@ def test_greedy_speculative_equals_plain_or_diverges_at_a_near_tie(gemma):
 
 @pytest.mark.slow
 def test_greedy_and_sampled_more_prompts(gemma):
-    res = compare(gemma, "gemma3-270m", dev_prompts(10), gen=128, exact_load=False,
+    res = compare(gemma, "gemma3-270m", prompt_file(PROMPTS, 10), gen=128, exact_load=False,
                   modes=("greedy",), sources=("cascade", "perfect", "alternating"))
     for d in res.divergences:
         assert d.top2_gap < NEAR_TIE, d

@@ -19,13 +19,16 @@ import numpy as np
 
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, NotRewindable
 
+#: The name :meth:`FakeModel.chat_template` reports when the model has its minimal template.
+FAKE_TEMPLATE = "fake"
+
 # Byte-level vocabulary: ids 0..255 are bytes, then BOS and EOS.
 BOS_ID = 256
 EOS_ID = 257
 
 
 class FakeModel:
-    """Implements :class:`fucina.model.Model` in pure numpy.
+    """Implements :class:`fucina.model_protocol.Model` in pure numpy.
 
     Args:
         vocab_size: at least 258 (bytes + BOS + EOS); extra ids render as ``<tN>``.
@@ -35,6 +38,7 @@ class FakeModel:
         seed: changes the whole "language".
         rewindable: ``False`` simulates a recurrent model (truncate raises :class:`NotRewindable`).
         eos_bias: added to the EOS logit everywhere (negative keeps generations long).
+        chat: give the model a (minimal) chat template, so chat paths can be tested.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class FakeModel:
         seed: int = 0,
         rewindable: bool = True,
         eos_bias: float = -4.0,
+        chat: bool = False,
     ) -> None:
         if vocab_size < 258:
             raise InvalidOption(f"vocab_size must be >= 258 (bytes + BOS + EOS), got {vocab_size}")
@@ -62,6 +67,9 @@ class FakeModel:
         self.induction = induction
         self.seed = seed
         self.eos_bias = eos_bias
+        self.chat = chat
+        #: Rows are computed independently, so batched verifies equal single steps bit for bit.
+        self.batch_invariant = True
         self._tokens: list[int] = []
         self.forward_calls = 0
         #: Test hook: called with the batch before evaluation; raising simulates an engine failure.
@@ -86,6 +94,14 @@ class FakeModel:
 
     def reset(self) -> None:
         self._tokens.clear()
+
+    def snapshot(self) -> np.ndarray:
+        """A copy of the cache (its token ids); :meth:`restore` makes the cache hold them again."""
+        return np.array(self._tokens, dtype=np.int64)
+
+    def restore(self, snapshot: np.ndarray) -> None:
+        """Replace the cache with one taken by :meth:`snapshot` (the snapshot stays usable)."""
+        self._tokens = [int(t) for t in snapshot]
 
     # -- forward -----------------------------------------------------------------------------
     def forward_step(self, tokens: Sequence[int]) -> np.ndarray:
@@ -142,3 +158,16 @@ class FakeModel:
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    # -- chat --------------------------------------------------------------------------------
+    def chat_template(self) -> str | None:
+        """``"fake"`` when built with ``chat=True`` (see :meth:`apply_chat_template`), else None."""
+        return FAKE_TEMPLATE if self.chat else None
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_assistant: bool = True,
+                            template: str | None = None) -> str:
+        """A minimal template: ``<role>\ncontent\n`` per message, then ``<assistant>\n``."""
+        if template is None and not self.chat:
+            raise InvalidOption("FakeModel(chat=False) has no chat template")
+        text = "".join(f"<{m['role']}>\n{m['content']}\n" for m in messages)
+        return text + ("<assistant>\n" if add_assistant else "")

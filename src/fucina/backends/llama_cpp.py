@@ -65,7 +65,8 @@ class LlamaOptions:
     """
 
     n_ctx: int = 4096
-    n_batch: int = 512
+    #: Tokens per llama_decode call; None = min(512, n_ctx) (a batch never exceeds the context).
+    n_batch: int | None = None
     n_threads: int | None = None
     use_extra_bufts: bool = True
     flash_attn: bool = False
@@ -76,6 +77,8 @@ class LlamaOptions:
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
             raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
+        if self.n_batch is None:
+            object.__setattr__(self, "n_batch", min(512, self.n_ctx))
         if not 1 <= self.n_batch <= self.n_ctx:
             raise InvalidOption(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}")
         if self.n_threads is not None and self.n_threads < 1:
@@ -234,6 +237,34 @@ class LlamaModel(LlamaVocab):
         _ll.llama_memory_clear(self._mem, True)
         self._n = 0
 
+    def snapshot(self) -> np.ndarray:
+        """A copy of the KV cache (sequence 0: cell positions, K and V) as a byte array.
+
+        :meth:`restore` makes the cache hold exactly these rows again, bit for bit. It is one copy of
+        the cache rows: for 1k tokens of SmolLM2-135M 22 MiB and ~3 ms to save or restore on a 2-core
+        CPU (Gemma 3 270M: 10 MiB, ~2 ms), against seconds to evaluate them again.
+        """
+        size = _ll.llama_state_seq_get_size(self._ctx, 0)
+        buf = np.empty(size, dtype=np.uint8)
+        n = _ll.llama_state_seq_get_data(self._ctx, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, 0)
+        if n != size:
+            raise DecodeError(f"llama.cpp wrote {n} of the {size} bytes of a cache snapshot")
+        return buf
+
+    def restore(self, snapshot: np.ndarray) -> None:
+        """Replace the cache with a :meth:`snapshot` of this model (the snapshot stays usable).
+
+        On failure the cache is emptied and :class:`DecodeError` raised.
+        """
+        buf = np.ascontiguousarray(snapshot, dtype=np.uint8)
+        _ll.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        n = _ll.llama_state_seq_set_data(self._ctx, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                         buf.nbytes, 0)
+        if n != buf.nbytes:
+            self.reset()
+            raise DecodeError("llama.cpp refused to restore a cache snapshot (taken from another model?)")
+        self._n = int(_ll.llama_memory_seq_pos_max(self._mem, 0)) + 1
+
     # -- forward -----------------------------------------------------------------------------
     def forward_step(self, tokens: Sequence[int]) -> np.ndarray:
         return self._forward(tokens, all_logits=False)[-1]
@@ -297,13 +328,6 @@ class LlamaModel(LlamaVocab):
             _ll.llama_free(self._ctx)
             self._ctx = None
         super().close()
-
-
-def load_tokenizer(model: str | None = None) -> LlamaVocab:
-    """A vocab-only view of ``model`` (name or path; None = the default): no weights are loaded."""
-    from fucina.models import resolve_model
-
-    return LlamaVocab(resolve_model(model), vocab_only=True)
 
 
 def system_info() -> str:

@@ -1,6 +1,6 @@
 """Speculative vs plain, token for token, on real prompts: the exactness audit.
 
-``python -m fucina.bench.exactness [--model M ...] [--prompts N] [--gen N] [--exact-load] [--json]``
+``python -m fucina.bench.exactness (--bench-dir DIR | --prompt-file FILE) [--model M ...] [--prompts N] [--gen N] [--exact-load] [--json]``
 
 For each prompt and each sampling mode (greedy, and t=0.8/top-k 20 sampled) it decodes plainly and
 speculatively (full cascade, gate forced open so every step that can verify does) and reports whether
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +25,6 @@ from fucina.speculative.topk import top2_gap
 
 GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=0)
-DEFAULT_BENCH_DIR = Path(os.environ.get("FUCINA_BENCH_DIR", Path(__file__).resolve().parents[3].parent / "shared" / "bench"))
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,14 @@ class ExactnessResult:
     max_draft: int
 
 
-def dev_prompts(n: int, bench_dir: Path = DEFAULT_BENCH_DIR) -> list[tuple[str, str]]:
+def prompt_file(path: str | Path, n: int | None = None) -> list[tuple[str, str]]:
+    """``(id, text)`` pairs from a JSONL file of ``{"id": ..., "text": ...}`` objects (the first ``n``)."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    pairs = [(str(r["id"]), str(r["text"])) for r in rows]
+    return pairs if n is None else pairs[:n]
+
+
+def dev_prompts(n: int, bench_dir: Path) -> list[tuple[str, str]]:
     """First-turn prompts, round-robin over Spec-Bench groups so every kind of text is covered."""
     path = Path(bench_dir) / "spec_bench_dev.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -153,12 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bufts", action="store_true", help="with --exact-load: re-enable use_extra_bufts (to show the check bites)")
     ap.add_argument("--modes", default="greedy,sampled")
     ap.add_argument("--sources", default="cascade", help="comma list of cascade,perfect,garbage,alternating,partial")
-    ap.add_argument("--bench-dir", default=str(DEFAULT_BENCH_DIR))
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bench-dir", help="directory holding spec_bench_dev.jsonl (Spec-Bench dev questions)")
+    where.add_argument("--prompt-file", help='JSONL of {"id": ..., "text": ...} prompts')
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
-    prompts = dev_prompts(a.prompts, Path(a.bench_dir))
+    prompts = prompt_file(a.prompt_file, a.prompts) if a.prompt_file else dev_prompts(a.prompts, Path(a.bench_dir))
     results = []
     for name in a.model or ["gemma3-270m", "smollm2-135m"]:
         model = load_model(name, n_ctx=2048, use_extra_bufts=(not a.exact_load) or a.bufts)

@@ -60,7 +60,7 @@ class Timers:
 
 def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, int], int]:
     """Run one prepared task with ``method`` ("plain" or "fucina"); return (ns per component, tokens)."""
-    from fucina.bench.suite import _spec_source
+    from fucina.bench.suite import spec_source
     from fucina.generate import PlainDecoder
     from fucina.sampling import Sampler
     from fucina.speculative.core import SpeculativeDecoder
@@ -75,7 +75,7 @@ def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, in
         if method == "plain":
             decoder = PlainDecoder(model, sampler)
         else:
-            source = _spec_source(model, "fucina", prepared.refs, [], cost_table)
+            source = spec_source(model, "fucina", prepared.refs, [], cost_table)
             for name in ("suggest", "observe", "observe_topk", "confidence"):
                 timers.wrap(source, name, "index")
             decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from fucina.bench.suite import load_tasks, prepare, select_tasks
     from fucina.calibrate import load_or_calibrate
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     try:
         tasks = select_tasks(load_tasks(a.tasks), groups=a.group)  # raises when nothing is left

@@ -22,7 +22,7 @@ Workloads:
   * ``--from-bench``: the Spec-Bench dev questions (``spec_bench_dev.jsonl``), grouped by their
     ``group`` field; the joined ``turns`` are the prompt and the ``reference`` answer is the
     continuation (rows without a reference are skipped). Tokenized with the default model's
-    tokenizer (``fucina.backends.llama_cpp.load_tokenizer``);
+    tokenizer (``fucina.catalog.load_tokenizer``);
   * synthetic copy/edit transcripts (always, unless ``--no-synthetic``): a document, then the
     same document with small edits, once with the document in the prompt ("copy-edit") and once
     injected as a reference instead ("ref-edit").
@@ -47,8 +47,6 @@ from fucina.speculative.gate import GateOptions, lane_index, lane_label
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
            "main"]
 
-#: Default location of the shared bench data, relative to the repository root.
-DEFAULT_BENCH_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "bench"
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
 
@@ -264,8 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", type=Path, help="files of whitespace-separated token ids")
     ap.add_argument("--from-bench", action="store_true", help=f"replay {BENCH_FILE}")
-    ap.add_argument("--bench-dir", type=Path, default=DEFAULT_BENCH_DIR,
-                    help="directory holding the bench data (default: ../shared/bench)")
+    ap.add_argument("--bench-dir", type=Path, default=None,
+                    help=f"directory holding {BENCH_FILE} (required with --from-bench)")
     ap.add_argument("--limit", type=int, default=None, help="bench rows per group")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the copy/edit transcripts")
     ap.add_argument("--budget", type=int, default=16, help="caller draft budget per step")
@@ -286,9 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in a.files:
         workloads[path.name] = [Stream(prompt=[], continuation=read_token_file(path))]
     skipped = 0
+    if a.from_bench and a.bench_dir is None:
+        ap.error("--from-bench needs --bench-dir DIR (the directory holding the Spec-Bench data)")
     if a.from_bench:
         try:
-            from fucina.backends.llama_cpp import load_tokenizer
+            from fucina.catalog import load_tokenizer
 
             tok = load_tokenizer(None)
         except Exception as exc:  # any failure means: no tokenizer on this machine

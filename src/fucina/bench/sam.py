@@ -1,14 +1,13 @@
 """Model-free benchmark of the SAM index: build speed, memory, and query latency on a token stream.
 
     python -m fucina.bench.sam --tokens-file F [--limit N] [--repeats R] [--json]
-    python -m fucina.bench.sam --from-bench [--bench-dir DIR] [--limit N] [--repeats R] [--json]
+    python -m fucina.bench.sam --from-bench --bench-dir DIR [--limit N] [--repeats R] [--json]
 
 ``--tokens-file`` reads whitespace-separated token ids. ``--from-bench`` reads every text of the
 Spec-Bench dev tasks (``spec_bench_dev.jsonl``: the ``turns`` strings and the possibly nested
 ``reference`` strings, in file order), tokenizes them with the callable returned by
-``fucina.backends.llama_cpp.load_tokenizer(model=None)`` and concatenates them into one stream,
-as one long conversation would be. The bench directory defaults to ``../shared/bench`` relative
-to the repository root.
+``fucina.catalog.load_tokenizer(model=None)`` and concatenates them into one stream,
+as one long conversation would be. ``--bench-dir`` names the directory holding it.
 
 Reported (medians over ``--repeats`` runs): bulk ``build()`` and per-token ``extend()`` speed in
 tokens/s, ``nbytes()`` per token, and the mean cost of one ``match_len()`` + ``draft(16)`` query
@@ -29,11 +28,6 @@ from typing import Any, Callable, Iterable, Sequence
 from fucina.speculative.sam import SamIndex
 
 BENCH_FILE = "spec_bench_dev.jsonl"
-
-
-def default_bench_dir() -> Path:
-    """``../shared/bench`` next to the repository root this module lives in."""
-    return Path(__file__).resolve().parents[3].parent / "shared" / "bench"
 
 
 def read_token_file(path: Path) -> list[int]:
@@ -159,14 +153,16 @@ def _parse(argv: Iterable[str] | None) -> argparse.Namespace:
     src.add_argument("--from-bench", action="store_true",
                      help=f"tokenize the texts of {BENCH_FILE} with the backend's tokenizer")
     ap.add_argument("--bench-dir", type=Path, default=None,
-                    help="directory of the bench file (default: ../shared/bench from the repo)")
-    ap.add_argument("--tokenizer-module", default="fucina.backends.llama_cpp",
+                    help=f"directory holding {BENCH_FILE} (required with --from-bench)")
+    ap.add_argument("--tokenizer-module", default="fucina.catalog",
                     help=argparse.SUPPRESS)  # test seam: where load_tokenizer comes from
     ap.add_argument("--limit", type=int, default=None, help="use at most N tokens")
     ap.add_argument("--repeats", type=int, default=5, help="runs per figure; medians reported")
     ap.add_argument("--draft-len", type=int, default=16, help="draft length per query")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = ap.parse_args(None if argv is None else list(argv))
+    if args.from_bench and args.bench_dir is None:
+        ap.error("--from-bench needs --bench-dir DIR (the directory holding the Spec-Bench data)")
     if args.repeats < 1 or (args.limit is not None and args.limit < 1) or args.draft_len < 0:
         ap.error("--repeats and --limit must be >= 1, --draft-len >= 0")
     return args
@@ -185,7 +181,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             tokenize = load_tokenizer(args.tokenizer_module)
         except RuntimeError as exc:
             return _fail(str(exc))
-        bench_dir = args.bench_dir or default_bench_dir()
+        bench_dir = args.bench_dir
         try:
             texts = bench_texts(bench_dir)
         except (OSError, ValueError) as exc:

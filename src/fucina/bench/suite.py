@@ -1,6 +1,6 @@
 """The benchmark suite behind ``fucina bench``: task files and the interleaved runner.
 
-Task file: JSONL, one task per line, as written by ``shared/bench/make_tasks.py`` — fields ``id``,
+Task file: JSONL, one task per line, as written by the Spec-Bench task builder (``make_tasks.py`` beside the bench data) — fields ``id``,
 ``kind``, ``group``, ``prompt``, ``references`` (documents injected as speculation references, never
 put in the prompt), ``gen`` (tokens) and ``temperature`` (0 = greedy).
 
@@ -354,7 +354,7 @@ def prepare(model, tasks: Sequence[Task]) -> list[_Prepared]:
     return out
 
 
-def _spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int],
+def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int],
                  cost_table: CostTable):
     if method == "oracle":
         return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
@@ -387,7 +387,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
         decoder = PlainDecoder(model, sampler)
     else:
         opts = SpecOptions(gate=gate or GateOptions(), gate_enabled=method != "gate_open")
-        decoder = SpeculativeDecoder(model, _spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
+        decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter)
     setup = clock() - s0
     gc.collect()  # same starting heap for every method; collection stays on during the run
@@ -463,7 +463,7 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
               clock: Clock = time.perf_counter, gate: GateOptions | None = None) -> SuiteResult:
     """Run every task: for each repeat, every method once, in :data:`METHODS` order.
 
-    ``model`` is anything with the :class:`fucina.model.Model` shape (the fake model in tests).
+    ``model`` is anything with the :class:`fucina.model_protocol.Model` shape (the fake model in tests).
     Peer methods need ``peer``. Greedy runs that differ from plain get a :class:`Divergence` with
     plain's top-2 logit gap there, captured afterwards by one untimed plain run per task.
     ``on_task`` sees the result so far after each task (checkpointing between timed runs).

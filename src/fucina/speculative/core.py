@@ -17,7 +17,7 @@ Proof obligations, each with a test in tests/speculative/test_core.py:
  5. The gate decides when to speculate, never what is committed.
 
 Token ids are compared, never probabilities; temperature <= 0 is the same path (argmax).
-This module imports no backend: the model is anything with the :class:`fucina.model.Model` shape.
+This module imports no backend: the model is anything with the :class:`fucina.model_protocol.Model` shape.
 """
 
 from __future__ import annotations
@@ -124,6 +124,12 @@ class SpeculativeDecoder(CommittedStream):
         if tokens:
             self.source.observe(tokens)
         return tokens
+
+    def adopt(self, prefix: Sequence[int]) -> None:
+        """Start from a cache already holding ``prefix``; the source learns it as if it were fed."""
+        super().adopt(prefix)
+        if self.history:
+            self.source.observe(self.history)
 
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, max_tokens: int, stop_ids: Iterable[int] = ()) -> Iterator[int]:

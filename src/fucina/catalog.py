@@ -1,4 +1,4 @@
-"""Model resolution: default embedded model, short names, or any GGUF path.
+"""The model catalog: the default embedded model, short names, or any GGUF path, and their loaders.
 
 Nothing is downloaded: the named models ship inside PyPI packages.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from pathlib import Path
 
 from fucina.errors import ModelNotFound
@@ -71,8 +72,21 @@ def resolve_model(model: str | None = None) -> Path:
     )
 
 
+def model_id(model: str | os.PathLike | None = None) -> str:
+    """The id a model is served and reported under: its short name, or its file's stem."""
+    name = DEFAULT_MODEL if model is None else str(model)
+    return name if name in _NAMED else Path(name).stem
+
+
 def load_model(model: str | None = None, **options):
     """Load ``model`` with the llama.cpp backend; ``options`` go to :class:`LlamaOptions`."""
     from fucina.backends.llama_cpp import LlamaModel, LlamaOptions
 
     return LlamaModel(resolve_model(model), LlamaOptions(**options))
+
+
+def load_tokenizer(model: str | None = None):
+    """A vocab-only :class:`~fucina.backends.llama_cpp.LlamaVocab` of ``model``: no weights loaded."""
+    from fucina.backends.llama_cpp import LlamaVocab
+
+    return LlamaVocab(resolve_model(model), vocab_only=True)

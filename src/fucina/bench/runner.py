@@ -1,14 +1,11 @@
-"""``fucina bench``: run the task suite against plain decoding, the oracle, the peer and ablations.
+"""The benchmark run behind ``fucina bench``: plan, run the suite, write and re-render the reports.
 
-Writes ``results.json`` (every run, divergences, summaries), ``results.md`` (tables by group) and
-``speedup.png`` into ``--out``; progress goes to stderr. ``--dry-run`` validates the task file and
-prints the plan without loading a model; ``--render FILE`` re-renders the reports from a saved
-``results.json``.
+``fucina.cli.bench`` parses the flags; this module validates them (:func:`plan`), runs the suite
+(:func:`run`) and writes ``results.json``, ``results.md`` and ``speedup.png``.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -18,91 +15,43 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fucina.bench.report import METHODS, Divergence, RunRecord, markdown, results_json, summarize_groups, write_chart
-
-_HELP = "benchmark fucina against plain decoding, the oracle, llama-cpp-python's prompt lookup and ablations"
-
-
-def _csv(text: str) -> list[str]:
-    items = [s.strip() for s in text.split(",") if s.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    return items
+from fucina.errors import FucinaError
 
 
-def register(sub: argparse._SubParsersAction, commands: dict) -> None:
-    """Add ``bench`` to the ``fucina`` parser (called by :mod:`fucina.cli_extra`)."""
-    from fucina.cli import _positive_int
-
-    b = sub.add_parser("bench", help=_HELP, description=_HELP)
-    b.add_argument("--tasks", metavar="FILE", help="task file (JSONL from shared/bench/make_tasks.py)")
-    b.add_argument("--model", action="append", default=None, metavar="M",
-                   help="model name or GGUF path (repeatable; default gemma3-270m)")
-    b.add_argument("--repeats", type=_positive_int, default=3, help="interleaved repeats per task (default 3)")
-    b.add_argument("--out", default="bench-results", metavar="DIR", help="output directory (default bench-results)")
-    b.add_argument("--groups", type=_csv, default=None, metavar="G1,G2", help="only these task groups")
-    b.add_argument("--per-group", type=_positive_int, default=None, metavar="N", help="at most N tasks per group")
-    b.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="at most N tasks in all")
-    b.add_argument("--methods", type=_csv, default=None, metavar="M1,M2",
-                   help=f"subset of {','.join(METHODS)} (plain always runs; default all)")
-    b.add_argument("--gen", type=_positive_int, default=None, metavar="N", help="override every task's gen")
-    b.add_argument("--ctx", type=_positive_int, default=4096, help="context length (default 4096)")
-    b.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all cores)")
-    b.add_argument("--cost-table", metavar="FILE",
-                   help="verify cost table for fucina (default: cached per model/machine, calibrated once)")
-    b.add_argument("--exact", action="store_true",
-                   help="batch-invariant load (use_extra_bufts off) with the draft cap `fucina doctor` measures")
-    b.add_argument("--dry-run", action="store_true", help="validate the task file and print the plan; run nothing")
-    b.add_argument("--render", metavar="RESULTS_JSON",
-                   help="re-render results.md and speedup.png from a saved results.json into --out")
-    commands["bench"] = cmd_bench
-
-
-def cmd_bench(args) -> int:
-    from fucina.cli import CliError
-
-    if args.render:
-        return _render(Path(args.render), Path(args.out))
-    if not args.tasks:
-        raise CliError("fucina bench: --tasks FILE is required (or --render RESULTS_JSON)")
-    plan = _plan(args)
-    if args.dry_run:
-        print(_describe(plan))
-        return 0
-    _require_extras()
-    return _run(plan)
+class BenchConfigError(FucinaError):
+    """A bench flag or input is unusable (reported by the CLI as one line, exit 2)."""
 
 
 # -- planning ---------------------------------------------------------------------------------------
 
-def _plan(args) -> dict[str, Any]:
+def plan(args) -> dict[str, Any]:
     """Validate everything that can be checked before loading a model; raises one-line errors."""
     from fucina.bench.suite import load_tasks, select_tasks, validate_methods
-    from fucina.cli import CliError
-    from fucina.models import DEFAULT_MODEL, resolve_model
+    from fucina.catalog import DEFAULT_MODEL, resolve_model
 
     if args.repeats < 1:
-        raise CliError("fucina bench: --repeats must be >= 1")
+        raise BenchConfigError("fucina bench: --repeats must be >= 1")
     if args.gen == 0 or args.limit == 0 or args.per_group == 0:
-        raise CliError("fucina bench: --gen, --limit and --per-group must be >= 1")
+        raise BenchConfigError("fucina bench: --gen, --limit and --per-group must be >= 1")
     if args.ctx < 16:
-        raise CliError("fucina bench: --ctx must be >= 16")
+        raise BenchConfigError("fucina bench: --ctx must be >= 16")
     if args.threads == 0:
-        raise CliError("fucina bench: --threads must be >= 1")
+        raise BenchConfigError("fucina bench: --threads must be >= 1")
     methods = validate_methods(args.methods or METHODS)
     models = args.model or [DEFAULT_MODEL]
     if args.cost_table and len(models) > 1:
-        raise CliError("fucina bench: --cost-table is per model; pass it with a single --model")
+        raise BenchConfigError("fucina bench: --cost-table is per model; pass it with a single --model")
     if args.cost_table and not Path(args.cost_table).is_file():
-        raise CliError(f"fucina bench: cost table not found: {args.cost_table}")
+        raise BenchConfigError(f"fucina bench: cost table not found: {args.cost_table}")
     paths = {m: resolve_model(m) for m in models}  # ModelNotFound: one line, exit 2
     tasks = select_tasks(load_tasks(args.tasks), args.groups, args.per_group, args.limit, args.gen)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise CliError(f"fucina bench: --out {out} exists and is not a directory")
+        raise BenchConfigError(f"fucina bench: --out {out} exists and is not a directory")
     return dict(args=args, methods=methods, models=models, paths=paths, tasks=tasks, out=out)
 
 
-def _describe(plan: dict[str, Any]) -> str:
+def describe(plan: dict[str, Any]) -> str:
     from fucina.bench.suite import SAMPLING_NOTE
 
     tasks, methods, args = plan["tasks"], plan["methods"], plan["args"]
@@ -127,14 +76,12 @@ def _describe(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _require_extras() -> None:
-    from fucina.cli import CliError
-
+def require_extras() -> None:
     for mod in ("matplotlib", "tqdm"):
         try:
             __import__(mod)
         except ImportError:
-            raise CliError(f"fucina bench needs {mod}: pip install 'fucina[bench]'") from None
+            raise BenchConfigError(f"fucina bench needs {mod}: pip install 'fucina[bench]'") from None
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -142,7 +89,7 @@ def _require_extras() -> None:
 def _meta(plan: dict[str, Any]) -> dict[str, Any]:
     from fucina import __version__
     from fucina.bench.suite import PEER_NOTE, SAMPLING_NOTE
-    from fucina.calibrate import _cpu_name
+    from fucina.calibrate import cpu_name
 
     try:
         import llama_cpp
@@ -153,7 +100,7 @@ def _meta(plan: dict[str, Any]) -> dict[str, Any]:
     args = plan["args"]
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": f"{_cpu_name()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
+        "machine": f"{cpu_name()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
                    f"Python {platform.python_version()}",
         "engine": engine,
         "command": _command(args),
@@ -213,10 +160,10 @@ class _Progress:
         self.bar.close()
 
 
-def _run(plan: dict[str, Any]) -> int:
+def run(plan: dict[str, Any]) -> int:
     from fucina.bench.suite import PEER_METHODS, LlamaPeer, run_suite
     from fucina.calibrate import load_or_calibrate
-    from fucina.models import load_model
+    from fucina.catalog import load_model
 
     args, methods, tasks, out = plan["args"], plan["methods"], plan["tasks"], plan["out"]
     out.mkdir(parents=True, exist_ok=True)
@@ -277,23 +224,21 @@ def _write(out: Path, runs: Sequence[RunRecord], divergences: Sequence[Divergenc
         write_chart(groups, out / "speedup.png")
 
 
-def _render(path: Path, out: Path) -> int:
-    from fucina.cli import CliError
-
+def render(path: Path, out: Path) -> int:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         runs = [RunRecord.from_json(r) for r in doc["runs"]]
         divs = [Divergence.from_json(d) for d in doc.get("divergences", [])]
     except FileNotFoundError:
-        raise CliError(f"fucina bench: results file not found: {path}") from None
+        raise BenchConfigError(f"fucina bench: results file not found: {path}") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CliError(f"fucina bench: {path} is not a bench results.json ({type(exc).__name__}: {exc})") from None
+        raise BenchConfigError(f"fucina bench: {path} is not a bench results.json ({type(exc).__name__}: {exc})") from None
     if not runs:
-        raise CliError(f"fucina bench: {path} holds no runs")
+        raise BenchConfigError(f"fucina bench: {path} holds no runs")
     try:
         __import__("matplotlib")
     except ImportError:
-        raise CliError("fucina bench needs matplotlib: pip install 'fucina[bench]'") from None
+        raise BenchConfigError("fucina bench needs matplotlib: pip install 'fucina[bench]'") from None
     out.mkdir(parents=True, exist_ok=True)
     _write(out, runs, divs, doc.get("meta", {}))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speedup.png'}", file=sys.stderr)

@@ -1,42 +1,25 @@
-"""Subcommands beyond generate/spec-bench/tokenize: doctor (and chat, bench when present)."""
+"""``fucina doctor``: the engine report and the bitwise batch-invariance self-check (exact vs distribution)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-COMMANDS: dict = {}
+from fucina.cli.common import add_model_args, load_model_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add these subcommands to the ``fucina`` parser."""
-    from fucina.cli import _add_model
-
     d = sub.add_parser("doctor", help="engine report + bitwise batch-invariance self-check (exact vs distribution)")
-    _add_model(d)
+    add_model_args(d)
     d.add_argument("--json", action="store_true", help="machine-readable output")
-    COMMANDS["doctor"] = cmd_doctor
-
-    try:
-        from fucina import chat_cli
-    except ImportError:  # pragma: no cover - chat not built yet
-        pass
-    else:
-        chat_cli.register(sub, COMMANDS)
-    try:
-        from fucina.bench import cli as bench_cli
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        bench_cli.register(sub, COMMANDS)
+    d.set_defaults(handler=run)
 
 
-def cmd_doctor(args) -> int:
-    from fucina.cli import _load
+def run(args: argparse.Namespace) -> int:
     from fucina.doctor import advice, check_batch_invariance, effective_max_draft, engine_info, level_for, save_report
 
     info = engine_info()
-    model = _load(args)
+    model = load_model_from_args(args)
     report = check_batch_invariance(model)
     save_report(model, report)
     tips = advice(report, info, exact_load=args.exact)

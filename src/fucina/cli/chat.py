@@ -8,98 +8,65 @@ returns to the prompt; at the prompt it clears the line. Ctrl-D exits.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import time
 from typing import Callable, TextIO
 
+from fucina.cli.common import (CHAT_SAMPLING, CliError, add_model_args, add_sampling_args, add_spec_args,
+                               llm_from_args, positive_int, read_text, sampling_kwargs, spec_refs)
 from fucina.errors import InvalidOption
 
 HELP = "commands: /reset  /stats  /ref FILE  /help  /quit   (Ctrl-C interrupts an answer, Ctrl-D exits)"
 
 
-def register(sub: argparse._SubParsersAction, commands: dict[str, Callable]) -> None:
-    """Add the ``chat`` subcommand to the ``fucina`` parser."""
-    from fucina.cli import _add_model, _add_sampling, _add_spec, _positive_int
-
-    c = sub.add_parser("chat", help="multi-turn chat: interactive REPL, or one turn per --prompt")
-    _add_model(c)
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("chat", help="multi-turn chat: interactive REPL, or one turn per --prompt",
+                       description="Multi-turn chat. Sampling defaults are llama.cpp's (temperature 0.8, top-k 40, "
+                                   "top-p 0.95, min-p 0.05): greedy decoding makes small instruct models loop. "
+                                   "Speculation stays lossless under any sampler.")
+    add_model_args(c)
     c.add_argument("--system", metavar="TEXT", help="system message")
     c.add_argument("--prompt", action="append", default=[], metavar="TEXT",
                    help="non-interactive: one user turn per flag (repeatable); answers on stdout, stats on stderr")
-    c.add_argument("--gen", type=_positive_int, default=512, help="most tokens per answer (default 512)")
+    c.add_argument("--gen", type=positive_int, default=512, help="most tokens per answer (default 512)")
     c.add_argument("--stop-id", type=int, action="append", default=[], help="extra stop token id (repeatable)")
     c.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop sequence (repeatable; plain decoding only)")
     c.add_argument("--template", metavar="TEMPLATE",
                    help="chat template for models without one: a llama.cpp template name (e.g. chatml) or text")
-    _add_sampling(c)
-    _add_spec(c)
-    commands["chat"] = cmd_chat
+    add_sampling_args(c, CHAT_SAMPLING)
+    add_spec_args(c)
+    c.set_defaults(handler=run)
 
 
-def cmd_chat(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``fucina chat``: scripted turns with --prompt, else the interactive REPL."""
-    from fucina.chat import ChatOptions, Conversation
-    from fucina.cli import _load, sampler_from_args
+    from fucina.chat import ChatOptions
+    from fucina.sampling import SamplerOptions
 
-    if len(args.spec_ref) > 8:
-        raise InvalidOption(f"at most 8 --spec-ref files, got {len(args.spec_ref)}")
     if args.gen < 1:
-        raise InvalidOption("--gen must be >= 1")
-    spec = args.spec or bool(args.spec_ref)
-    refs = [_read(f) for f in args.spec_ref]
+        raise CliError("--gen must be >= 1")
+    refs = spec_refs(args)
+    spec = args.spec or bool(refs)
+    kw = sampling_kwargs(args)
     # Every flag is validated before the model loads (ChatOptions raises one-line named errors).
-    options = ChatOptions(speculation=spec, sampler=sampler_from_args(args).options,
-                          extra_stop_ids=tuple(args.stop_id), stop_sequences=tuple(args.stop),
-                          max_tokens=args.gen, system=args.system, template=args.template)
-    model = _load(args)
-    if spec:
-        options = dataclasses.replace(options, **_spec_settings(model, args))
-    conv = Conversation(model, options)
+    options = dict(speculation=spec, sampler=SamplerOptions(**kw), extra_stop_ids=tuple(args.stop_id),
+                   stop_sequences=tuple(args.stop), max_tokens=args.gen, system=args.system)
+    ChatOptions(**options)
+    llm = llm_from_args(args, speculative=spec, chat_template=args.template)
+    conv = llm.conversation(**options)
     for text in refs:
         conv.add_spec_reference(text)
     if args.prompt:
         return _scripted(conv, args.prompt)
-    return _repl(conv, getattr(getattr(model, "path", None), "name", "model"))
+    return _repl(conv, llm.name)
 
 
 def _read(path: str) -> str:
-    """A UTF-8 reference file; failures are InvalidOption (one line, exit 2).
-
-    Why not ``fucina.cli.CliError``: under ``python -m fucina.cli`` the running ``main`` is
-    ``__main__``'s copy, which does not catch the class this module would import; every copy of
-    ``main`` catches :class:`~fucina.errors.FucinaError`.
-    """
-    from fucina.cli import CliError, _read_text
-
+    """A UTF-8 reference file named in the REPL; failures are reported there as one line."""
     try:
-        return _read_text(path, "reference file")
+        return read_text(path, "reference file")
     except CliError as exc:
         raise InvalidOption(str(exc)) from None
-
-
-def _spec_settings(model, args) -> dict:
-    """Cost table, gate and clock as ``fucina generate --spec`` uses them."""
-    from fucina.calibrate import load_or_calibrate
-    from fucina.speculative.core import SpecOptions
-    from fucina.speculative.gate import GateOptions
-
-    def progress(i: int, n: int) -> None:
-        print(f"\rcalibrating verify costs for this machine (once): {i}/{n}", end="", file=sys.stderr, flush=True)
-        if i == n:
-            print(file=sys.stderr)
-
-    gate = GateOptions()
-    if args.exact:
-        # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
-        from fucina.doctor import cached_report, exact_draft_cap
-
-        cap = exact_draft_cap(cached_report(model))
-        if cap is not None:
-            gate = GateOptions(max_draft=min(gate.max_draft, cap))
-    return dict(spec_options=SpecOptions(gate=gate, gate_enabled=not args.no_gate),
-                cost_table=load_or_calibrate(model, args.cost_table, progress), clock=time.perf_counter)
 
 
 def _stream(conv, text: str, out: TextIO) -> None:

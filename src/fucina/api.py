@@ -1,0 +1,700 @@
+"""``fucina.LLM``: load a model once, then complete, chat and stream — speculatively by default.
+
+>>> import fucina
+>>> llm = fucina.LLM("smollm2-135m")                       # doctest: +SKIP
+>>> r = llm.complete("def add(a, b):", max_tokens=64, temperature=0)   # doctest: +SKIP
+>>> for chunk in llm.chat([{"role": "user", "content": "Hi"}], stream=True):   # doctest: +SKIP
+...     print(chunk.text, end="")
+
+The LLM owns the model, the verify cost table (measured once per machine and cached; progress on
+stderr), the speculation index, the sampler and the decoder of each call. Speculation is lossless:
+every call returns what plain decoding with the same settings and seed returns (bit for bit on an
+*exact* engine, see ``fucina doctor``; ``speculative=False`` decodes plainly through the same calls).
+
+**Stop strings work with speculation here**: each call has its own sampler, so the tokens a verify
+batch commits after the token that completes a stop string are simply never shown; the text is cut
+at the first stop string exactly where plain decoding would cut it. (:class:`fucina.chat.Conversation`
+is stricter, because its sampler carries on into the next turn.)
+
+**Prefix reuse**: the KV cache of the previous call is kept, and a few earlier ones are saved as
+snapshots (*prefix slots*, see ``PREFIX_SLOTS``); a call whose prompt starts with tokens one of them
+holds evaluates only the rest (``usage.cached_tokens``), so interleaved conversations both reuse theirs.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence, Union
+
+from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
+                           TooManyReferences)
+from fucina.generate import PlainDecoder, StopScanner, TextStreamer
+from fucina.results import (Completion, CompletionChunk, FinishReason, SourceReport, SpeculationReport,
+                            Timings, Usage)
+from fucina.sampling import Sampler, SamplerOptions
+from fucina.speculative.costs import CostTable
+
+__all__ = ["LLM", "MAX_REFERENCES"]
+
+#: Reference documents one call may draft from.
+MAX_REFERENCES = 8
+_ROLES = ("system", "developer", "user", "assistant")
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call's validated settings (every check runs before a token is generated)."""
+
+    max_tokens: int | None
+    sampler: SamplerOptions
+    stop: tuple[str, ...]
+    stop_token_ids: frozenset[int]
+    references: tuple[tuple[int, ...], ...]
+    speculative: bool
+
+
+class LLM:
+    """A local GGUF model with lossless speculative decoding.
+
+    Args:
+        model: ``"gemma3-270m"`` (the default, embedded), ``"smollm2-135m"``, a path to any GGUF
+            file, or an already loaded model object (anything with the
+            :class:`fucina.model_protocol.Model` shape, e.g. :class:`fucina.backends.fake.FakeModel`).
+        speculative: the default of every call (each call may override it).
+        n_ctx: context length in tokens.
+        n_threads: CPU threads (default: every core this process may use).
+        exact: load in batch-invariant mode and cap drafts where the engine stays bitwise
+            (see ``fucina doctor``).
+        cost_table: a :class:`CostTable` or the path of one (``fucina spec-bench --out``); default:
+            the table cached for this model and machine, measured once when missing.
+        spec_options: low-level decoder options (:class:`fucina.speculative.core.SpecOptions`).
+        chat_template: a template (llama.cpp name such as ``"chatml"``, or template text) for models
+            that ship none.
+        name: the model id reported (default: the short name or the file stem).
+        progress: print calibration progress on stderr.
+
+    Raises :class:`~fucina.errors.ModelNotFound`, :class:`~fucina.errors.ModelLoadError` or
+    :class:`~fucina.errors.InvalidOption` at construction. One LLM runs one generation at a time;
+    calls from several threads wait for each other.
+    """
+
+    def __init__(
+        self,
+        model: Union[str, os.PathLike, Any, None] = None,
+        *,
+        speculative: bool = True,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        exact: bool = False,
+        cost_table: Union[CostTable, str, os.PathLike, None] = None,
+        spec_options: Any = None,
+        chat_template: str | None = None,
+        name: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        if not isinstance(speculative, bool):
+            raise InvalidOption(f"speculative must be a bool, got {speculative!r}", param="speculative")
+        if not isinstance(exact, bool):
+            raise InvalidOption(f"exact must be a bool, got {exact!r}", param="exact")
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise InvalidOption("chat_template must be a string or None", param="chat_template")
+        self._progress = progress
+        self.exact = exact
+        self.speculative = speculative
+        self.chat_template = chat_template
+        if hasattr(model, "forward_step"):
+            self.model = model
+            self.name = name or type(model).__name__
+        else:
+            from fucina.catalog import load_model, model_id
+
+            self.model = load_model(None if model is None else str(model), n_ctx=n_ctx, n_threads=n_threads,
+                                    use_extra_bufts=not exact)
+            self.name = name or model_id(model)
+        self._lock = threading.Lock()
+        self._active: tuple[Iterator, int] | None = None
+        #: Tokens held in the model's KV cache by the last call (None: unknown, reset first).
+        self._cached: list[int] | None = None
+        #: Saved prefix slots, least recently used first: ``(tokens, snapshot, nbytes)``.
+        self._slots: list[tuple[tuple[int, ...], Any, int]] = []
+        self._cost_source = cost_table
+        self._table: CostTable | None = cost_table if isinstance(cost_table, CostTable) else None
+        self._spec_options = spec_options
+        self._report = None
+        if speculative:
+            self._prepare_speculation()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def complete(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int | None = 16,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        top_k: int = 40,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        penalty_last_n: int = 64,
+        seed: int | None = None,
+        stop: Union[str, Sequence[str], None] = None,
+        stop_token_ids: Sequence[int] = (),
+        references: Sequence[Union[str, Sequence[int]]] = (),
+        speculative: bool | None = None,
+        stream: bool = False,
+    ) -> Union[Completion, Iterator[CompletionChunk]]:
+        """Continue ``prompt`` (text, whose special-token markers are parsed; or token ids, used as they are).
+
+        Sampling defaults are llama.cpp's (``temperature=0`` is greedy); ``max_tokens=None`` runs
+        to an end token or the end of the context. ``seed=None`` draws a fresh seed; give one to
+        reproduce a sampled call. ``stop``: strings that end the text (not included).
+        ``references``: up to 8 documents (text or token ids) to draft from in this call.
+        With ``stream=True`` returns an iterator of :class:`CompletionChunk`, else a
+        :class:`Completion`. Bad arguments raise :class:`~fucina.errors.InvalidOption` (its ``param``
+        names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
+        :class:`~fucina.errors.ContextLengthExceeded`.
+        """
+        ids = self._encode_prompt(prompt)
+        req = self._request(locals())
+        return self._start(ids, req, stream)
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        top_k: int = 40,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        penalty_last_n: int = 64,
+        seed: int | None = None,
+        stop: Union[str, Sequence[str], None] = None,
+        stop_token_ids: Sequence[int] = (),
+        references: Sequence[Union[str, Sequence[int]]] = (),
+        speculative: bool | None = None,
+        stream: bool = False,
+    ) -> Union[Completion, Iterator[CompletionChunk]]:
+        """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
+
+        Rendered with the model's chat template (or ``chat_template``); a model with neither raises
+        :class:`~fucina.errors.ChatTemplateMissing`. Content may be a string or a list of
+        ``{"type": "text", "text": ...}`` parts. Other arguments as in :meth:`complete`.
+        """
+        ids = self._encode_chat(messages)
+        req = self._request(locals())
+        return self._start(ids, req, stream)
+
+    def conversation(self, **options: Any):
+        """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
+
+        ``options`` are :class:`fucina.chat.ChatOptions` fields (``speculation`` defaults to this
+        LLM's ``speculative``). The conversation owns the KV cache from now on: a later
+        :meth:`complete` or :meth:`chat` starts from an empty cache.
+        """
+        from fucina.chat import ChatOptions, Conversation
+
+        self._close_active()
+        options.setdefault("speculation", self.speculative)
+        if self.chat_template is not None:
+            options.setdefault("template", self.chat_template)
+        if options["speculation"]:
+            self._prepare_speculation()
+            options.setdefault("cost_table", self._table)
+            options.setdefault("spec_options", self._decoder_options())
+            options.setdefault("clock", time.perf_counter)
+        with self._lock:
+            self._cached = None
+        return Conversation(self.model, ChatOptions(**options))
+
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of ``text`` with the model's own tokenizer."""
+        return list(self.model.tokenize(text, add_bos=add_bos, special=special))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Text of ``tokens``."""
+        return self.model.detokenize(list(tokens))
+
+    @property
+    def context_length(self) -> int:
+        return int(self.model.context_length)
+
+    @property
+    def level(self) -> str:
+        """``"exact"`` or ``"distribution"``: the losslessness level speculation holds here.
+
+        Measured once per model, engine build and machine (``fucina doctor``), then cached.
+        """
+        self._prepare_speculation()
+        from fucina.doctor import level_for
+
+        return level_for(self._report, self._max_draft())
+
+    @property
+    def cost_table(self) -> CostTable:
+        """The verify cost table speculation prices drafts with (loaded or measured on first use)."""
+        self._prepare_speculation()
+        assert self._table is not None
+        return self._table
+
+    def close(self) -> None:
+        """Free the model (a loaded GGUF's memory); the LLM cannot be used afterwards."""
+        self._close_active()
+        close = getattr(self.model, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LLM({self.name!r}, speculative={self.speculative}, n_ctx={self.context_length})"
+
+    # -- validation ------------------------------------------------------------------------------
+
+    def _request(self, args: dict[str, Any]) -> _Request:
+        max_tokens = args["max_tokens"]
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise InvalidOption(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}",
+                                param="max_tokens")
+        seed = args["seed"]
+        if seed is None:
+            seed = secrets.randbelow(2**63)
+        sampler = SamplerOptions(
+            temperature=args["temperature"], top_k=args["top_k"], top_p=args["top_p"], min_p=args["min_p"],
+            repeat_penalty=args["repeat_penalty"], frequency_penalty=args["frequency_penalty"],
+            presence_penalty=args["presence_penalty"], penalty_last_n=args["penalty_last_n"], seed=seed,
+        )
+        stop = args["stop"]
+        stops: tuple[str, ...] = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+        for s in stops:
+            if not isinstance(s, str) or not s:
+                raise InvalidOption(f"stop must be non-empty strings, got {s!r}", param="stop")
+        stop_ids = frozenset(self._token_ids(args["stop_token_ids"], "stop_token_ids"))
+        speculative = self.speculative if args["speculative"] is None else args["speculative"]
+        if not isinstance(speculative, bool):
+            raise InvalidOption(f"speculative must be a bool or None, got {speculative!r}", param="speculative")
+        refs = self._references(args["references"])
+        if refs and not speculative:
+            raise InvalidOption("references feed speculation; they need speculative=True", param="references")
+        return _Request(max_tokens, sampler, stops, stop_ids, refs, speculative)
+
+    def _references(self, references: Any) -> tuple[tuple[int, ...], ...]:
+        if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
+            raise InvalidOption("references must be a list of documents (strings or token-id lists)",
+                                param="references")
+        if len(references) > MAX_REFERENCES:
+            raise TooManyReferences(f"at most {MAX_REFERENCES} references, got {len(references)}",
+                                    param="references")
+        out = []
+        for i, ref in enumerate(references):
+            toks = (self.model.tokenize(ref, add_bos=False) if isinstance(ref, str)
+                    else self._token_ids(ref, f"references[{i}]"))
+            if not toks:
+                raise EmptyReference(f"references[{i}] is empty", param="references")
+            out.append(tuple(int(t) for t in toks))
+        return tuple(out)
+
+    def _token_ids(self, ids: Any, what: str) -> list[int]:
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+            raise InvalidOption(f"{what} must be a sequence of token ids", param=what.split("[")[0])
+        vocab = self.model.vocab_size
+        out = []
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+                raise InvalidOption(f"{what} holds {t!r}, not a token id in [0, {vocab})", param=what.split("[")[0])
+            out.append(int(t))
+        return out
+
+    def _encode_prompt(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            # Special-token text is parsed, as llama.cpp's and llama-cpp-python's servers do.
+            ids = list(self.model.tokenize(prompt, add_bos=bool(getattr(self.model, "add_bos_default", True)),
+                                           special=True))
+        else:
+            ids = self._token_ids(prompt, "prompt")
+        if not ids:
+            raise InvalidOption("prompt is empty", param="prompt")
+        return ids
+
+    def _encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+            raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
+                                param="messages")
+        msgs = [_message(m, i) for i, m in enumerate(messages)]
+        text = self._render(msgs)
+        bos = getattr(self.model, "bos_id", None)
+        ids = list(self.model.tokenize(text, add_bos=bool(getattr(self.model, "add_bos_default", False)),
+                                       special=True))
+        if bos is not None and ids[:2] == [bos, bos]:
+            ids = ids[1:]  # the template already wrote BOS
+        return ids
+
+    def _render(self, msgs: list[dict[str, str]]) -> str:
+        own = getattr(self.model, "chat_template", None)
+        if self.chat_template is None and (own is None or own() is None):
+            raise ChatTemplateMissing(
+                f"{self.name} has no chat template; use complete(), or pass LLM(chat_template=...)",
+                param="messages")
+        apply = getattr(self.model, "apply_chat_template", None)
+        if apply is None:
+            raise ChatTemplateMissing(f"{type(self.model).__name__} cannot render chat templates", param="messages")
+        return apply(msgs, add_assistant=True, template=self.chat_template)
+
+    def _check_fits(self, prompt: list[int], req: _Request) -> None:
+        n_ctx = self.context_length
+        need = len(prompt) + (req.max_tokens or 1)
+        if need > n_ctx:
+            what = f" + max_tokens {req.max_tokens}" if req.max_tokens else " + 1 generated token"
+            raise ContextLengthExceeded(
+                f"the prompt's {len(prompt)} tokens{what} exceed the model's context of {n_ctx} tokens",
+                param="max_tokens" if req.max_tokens and len(prompt) < n_ctx else "prompt")
+
+    # -- speculation setup -----------------------------------------------------------------------
+
+    def _prepare_speculation(self) -> None:
+        """Load (or measure once) the cost table and the engine's invariance report."""
+        if self._table is not None and self._report is not None:
+            return
+        from fucina.calibrate import load_or_calibrate
+        from fucina.doctor import cached_report
+
+        with self._lock:
+            if self._table is None:
+                path = None if self._cost_source is None else Path(self._cost_source)
+                self._table = load_or_calibrate(self.model, path, self._print_progress if self._progress else None)
+            if self._report is None:
+                self._report = cached_report(self.model)
+            self._cached = None  # both may have run forwards: the cache is no longer the last call's
+
+    @staticmethod
+    def _print_progress(i: int, n: int) -> None:
+        print(f"\rcalibrating verify costs for this machine (once): {i}/{n}", end="", file=sys.stderr, flush=True)
+        if i == n:
+            print(file=sys.stderr)
+
+    def _max_draft(self) -> int:
+        from fucina.doctor import DEFAULT_MAX_DRAFT, effective_max_draft
+
+        base = self._spec_options.gate.max_draft if self._spec_options is not None else DEFAULT_MAX_DRAFT
+        if not self.exact or self._report is None:
+            return base
+        # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
+        return min(base, effective_max_draft(self._report, True))
+
+    def _decoder_options(self):
+        import dataclasses
+
+        from fucina.speculative.core import SpecOptions
+
+        opts = self._spec_options if self._spec_options is not None else SpecOptions()
+        return dataclasses.replace(opts, gate=dataclasses.replace(opts.gate, max_draft=self._max_draft()))
+
+    def _decoder(self, sampler: Sampler, req: _Request):
+        if not req.speculative:
+            return PlainDecoder(self.model, sampler)
+        from fucina.speculative.cascade import SpeculationIndex, options_for_costs
+        from fucina.speculative.core import SpeculativeDecoder
+
+        self._prepare_speculation()
+        index = SpeculationIndex(self.model.vocab_size, options_for_costs(self._table))
+        for ref in req.references:
+            index.add_reference(ref)
+        return SpeculativeDecoder(self.model, index, sampler, self._decoder_options(), cost_table=self._table,
+                                  clock=time.perf_counter)
+
+    # -- generation ------------------------------------------------------------------------------
+
+    def _start(self, prompt: list[int], req: _Request, stream: bool):
+        self._check_fits(prompt, req)
+        if req.speculative:
+            self._prepare_speculation()
+        # A stream of this thread still open would hold the lock forever: it ends here (as if closed).
+        self._close_active()
+        chunks = self._generate(prompt, req)
+        self._active = (chunks, threading.get_ident())
+        if stream:
+            return chunks
+        return _collect(chunks)
+
+    def _generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+        with self._lock:
+            try:
+                yield from self._locked_generate(prompt, req)
+            finally:
+                if self._active is not None and self._active[1] == threading.get_ident():
+                    self._active = None
+
+    def _locked_generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+        model = self.model
+        t0 = time.perf_counter()
+        # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
+        reused = self._reuse_prefix(prompt)
+        decoder = self._decoder(Sampler(req.sampler), req)
+        try:
+            decoder.adopt(prompt[:reused])
+            decoder.feed(prompt[reused:])
+        except BaseException:
+            self._forget()
+            raise
+        t_fed = time.perf_counter()
+        # 2. Decode up to the budget; the end tokens are checked inside the verify loop.
+        room = model.context_length - model.kv_len
+        budget = room if req.max_tokens is None else min(req.max_tokens, room)
+        stop_ids = frozenset(int(t) for t in model.eos_ids) | req.stop_token_ids
+        streamer = TextStreamer(model)
+        scanner = StopScanner(req.stop) if req.stop else None
+        generated: list[int] = []
+        unsent: list[int] = []
+        finish: FinishReason = "length"
+        first: float | None = None
+        tokens = decoder.generate(budget, stop_ids)
+        try:
+            for tok in tokens:
+                generated.append(tok)
+                unsent.append(tok)
+                if first is None:
+                    first = time.perf_counter()
+                if tok in stop_ids:
+                    finish = "stop"
+                    break  # the end marker is not part of the text
+                text, hit = _scan(scanner, streamer.push(tok))
+                if text:
+                    yield CompletionChunk(text, tuple(unsent))
+                    unsent = []
+                if hit:
+                    finish = "stop"
+                    break
+            else:
+                # 3. The budget ran out: flush held-back bytes and any unfinished stop-string prefix.
+                text, hit = _scan(scanner, streamer.flush())
+                finish = "stop" if hit else finish
+                if scanner is not None and not hit:
+                    text += scanner.flush()
+                if text:
+                    yield CompletionChunk(text, tuple(unsent))
+                    unsent = []
+            if finish == "stop" and generated and generated[-1] in stop_ids:
+                tail = streamer.flush()
+                text, _ = _scan(scanner, tail)
+                if scanner is not None:
+                    text += scanner.flush()
+                if text:
+                    yield CompletionChunk(text, tuple(unsent))
+                    unsent = []
+        except BaseException:
+            tokens.close()
+            self._settle(decoder)
+            raise
+        tokens.close()
+        self._settle(decoder)
+        t_end = time.perf_counter()
+        timings = Timings(t_fed - t0, (first or t_end) - t0, t_end - t_fed, len(generated))
+        usage = Usage(len(prompt), len(generated), reused)
+        yield CompletionChunk("", tuple(unsent), finish, usage, timings, self._speculation_report(decoder))
+
+    # -- prefix reuse -------------------------------------------------------------------------
+    #
+    # The KV cache holds the tokens of the last call (``_cached``). Before a call truncates it to
+    # make room for a prompt that shares less with it, the cache is saved as a *prefix slot* (a
+    # ``model.snapshot()``), so interleaved conversations (A1 B1 A2 B2) each resume from their own
+    # prefix: a prompt that shares more with a slot than with the live cache restores that slot.
+    # A restore puts back exactly the rows the slot's tokens produced (bit for bit), and the
+    # speculation index is rebuilt from the prompt on every call, so a reused prefix changes no
+    # output. Slots are bounded in count and bytes (the least recently used is dropped first);
+    # models without ``snapshot``/``restore`` keep the single live prefix.
+
+    #: Most prefix slots kept (each is one snapshot of the KV cache).
+    PREFIX_SLOTS = 4
+    #: Most bytes all prefix slots hold together (~22 MB per 1k tokens for SmolLM2-135M).
+    PREFIX_SLOT_BYTES = 256 * 2**20
+    #: A cache is saved only when a call would drop at least this many of its tokens, and a slot is
+    #: restored only when it reuses at least this many more tokens than the live cache.
+    PREFIX_SLOT_MIN_TOKENS = 16
+
+    def _reuse_prefix(self, prompt: list[int]) -> int:
+        """Put the longest available prefix of ``prompt`` in the cache; returns its length.
+
+        At least one prompt token is always evaluated again: the first sample needs its logits row.
+        """
+        from fucina.errors import FucinaError
+
+        model = self.model
+        cached = self._cached
+        live = cached is not None and model.kv_len == len(cached)
+        limit = len(prompt) - 1
+        m = self._shared(cached, prompt, limit) if live else 0
+        if not getattr(model, "rewindable", True):
+            # Recurrent state cannot be cut back: reuse it only when the prompt extends it whole.
+            if live and m == len(cached):
+                return m
+            model.reset()
+            self._cached = []
+            return 0
+        slots = self._prefix_slots()
+        best, best_m = -1, 0
+        for i, slot in enumerate(slots):
+            k = self._shared(slot[0], prompt, limit)
+            if k > best_m:
+                best, best_m = i, k
+        slot_holds_tail = False
+        if best >= 0 and best_m >= m + self.PREFIX_SLOT_MIN_TOKENS:
+            entry = slots.pop(best)
+            if live:
+                self._save_slot(cached, m)
+            try:
+                model.restore(entry[1])
+                ok = model.kv_len == len(entry[0])
+            except FucinaError:
+                ok = False
+            if not ok:
+                self._forget()
+                return 0
+            cached, m, live = list(entry[0]), best_m, True
+            if len(cached) - m >= self.PREFIX_SLOT_MIN_TOKENS:
+                # The slot keeps what the truncation below drops (and is now the most recently used).
+                slots.append(entry)
+                self._evict_slots()
+                slot_holds_tail = True
+        if not live:
+            model.reset()
+            self._cached = []
+            return 0
+        if m < len(cached):
+            if not slot_holds_tail:
+                self._save_slot(cached, m)
+            model.truncate(m)
+        self._cached = cached[:m]
+        return m
+
+    @staticmethod
+    def _shared(cached: Sequence[int] | None, prompt: Sequence[int], limit: int) -> int:
+        """Length of the common prefix of ``cached`` and ``prompt``, at most ``limit``."""
+        if not cached:
+            return 0
+        m, limit = 0, min(len(cached), limit)
+        while m < limit and cached[m] == prompt[m]:
+            m += 1
+        return m
+
+    def _prefix_slots(self) -> list[tuple[tuple[int, ...], Any, int]]:
+        """The prefix slots, least recently used first: ``(tokens, snapshot, nbytes)``."""
+        return self._slots
+
+    def _save_slot(self, cached: list[int], keep: int) -> None:
+        """Snapshot the live cache (``cached``) before a call keeps only its first ``keep`` tokens."""
+        snapshot = getattr(self.model, "snapshot", None)
+        if (snapshot is None or not hasattr(self.model, "restore") or self.PREFIX_SLOTS < 1
+                or len(cached) - keep < self.PREFIX_SLOT_MIN_TOKENS):
+            return
+        from fucina.errors import FucinaError
+
+        try:
+            snap = snapshot()
+        except FucinaError:
+            return
+        nbytes = int(getattr(snap, "nbytes", 0))
+        if nbytes > self.PREFIX_SLOT_BYTES:
+            return
+        tokens = tuple(cached)
+        slots = self._prefix_slots()
+        # A slot whose tokens start the new one holds nothing the new one lacks.
+        slots[:] = [s for s in slots if not (len(s[0]) <= len(tokens) and tokens[:len(s[0])] == s[0])]
+        slots.append((tokens, snap, nbytes))
+        self._evict_slots()
+
+    def _evict_slots(self) -> None:
+        slots = self._prefix_slots()
+        while len(slots) > self.PREFIX_SLOTS or sum(s[2] for s in slots) > self.PREFIX_SLOT_BYTES:
+            slots.pop(0)
+
+    def prefix_slots(self) -> list[tuple[int, int]]:
+        """``(tokens, bytes)`` of each saved prefix slot, least recently used first.
+
+        Lock-free (a copy of the list), so a server can report it while a generation runs.
+        """
+        return [(len(s[0]), s[2]) for s in list(self._prefix_slots())]
+
+    def _settle(self, decoder) -> None:
+        """Remember what the cache holds after a call (all committed tokens but the carried one)."""
+        n = self.model.kv_len
+        hist = decoder.history
+        self._cached = list(hist[:n]) if n <= len(hist) else None
+
+    def _forget(self) -> None:
+        """Empty the live cache (after an engine fault); saved prefix slots are copies and stay."""
+        try:
+            self.model.reset()
+        finally:
+            self._cached = []
+
+    def _speculation_report(self, decoder) -> SpeculationReport | None:
+        stats = getattr(decoder, "stats", None)
+        if stats is None:
+            return None
+        from fucina.doctor import level_for
+
+        sources = tuple(SourceReport(s.name, s.drafted, s.accepted) for s in decoder.source.stats().sources)
+        return SpeculationReport(stats.steps, stats.verifies, stats.drafted, stats.accepted, stats.committed,
+                                 str(decoder.gate), sources, level_for(self._report, self._max_draft()))
+
+    def _close_active(self) -> None:
+        active = self._active
+        if active is not None and active[1] == threading.get_ident():
+            active[0].close()
+
+
+def _scan(scanner: StopScanner | None, text: str) -> tuple[str, bool]:
+    return (text, False) if scanner is None else scanner.push(text)
+
+
+def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
+    parts: list[str] = []
+    ids: list[int] = []
+    last = None
+    for c in chunks:
+        parts.append(c.text)
+        ids.extend(c.token_ids)
+        last = c
+    assert last is not None and last.usage is not None and last.timings is not None
+    return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats)
+
+
+def _message(m: Any, i: int) -> dict[str, str]:
+    if not isinstance(m, Mapping):
+        raise InvalidOption(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
+    role = m.get("role")
+    if role not in _ROLES:
+        raise InvalidOption(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
+                            param="messages")
+    content = m.get("content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise InvalidOption(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}",
+                                    param="messages")
+            texts.append(part["text"])
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+    return {"role": "system" if role == "developer" else role, "content": content}
+

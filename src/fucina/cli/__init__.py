@@ -1,0 +1,48 @@
+"""The ``fucina`` command line: one module per subcommand, all thin layers over :class:`fucina.LLM`.
+
+Each subcommand module has ``register(sub)``, which adds its parser and sets ``handler``. Errors in
+flags or inputs print ONE line on stderr and exit with status 2; nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from fucina.cli import bench, chat, doctor, generate, serve, spec_bench, tokenize
+from fucina.cli.common import EXIT_USAGE, CliError, Parser
+from fucina.errors import FucinaError
+
+__all__ = ["build_parser", "main"]
+
+#: In the order ``fucina --help`` lists them.
+SUBCOMMANDS = (generate, chat, serve, bench, spec_bench, tokenize, doctor)
+
+
+def build_parser() -> Parser:
+    from fucina import __version__
+
+    parser = Parser(prog="fucina", description="Lossless speculative decoding for local GGUF models.")
+    parser.add_argument("--version", action="version", version=f"fucina {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in SUBCOMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fucina`` with ``argv`` (default: the process arguments); returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.handler(args)
+    except CliError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except FucinaError as exc:
+        print(f"fucina: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

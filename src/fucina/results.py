@@ -1,0 +1,141 @@
+"""What a call of :class:`fucina.LLM` returns: frozen, typed results.
+
+Glossary of the speculation counters (the same words in stats, logs and the server's ``fucina``
+block):
+
+* **drafted** — tokens a draft source proposed and one batched forward verified;
+* **accepted** — drafted tokens the sampler then picked itself (a prefix of each draft);
+* a **correction** token is the sampler's own pick at the first rejected position, and a **bonus**
+  token its pick after a fully accepted draft: both are committed, neither counts as accepted;
+* **steps** — forwards of the decode loop (plain steps + verifies); ``committed / steps`` is the
+  tokens each forward bought.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one call, as OpenAI reports them."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    #: Prompt tokens whose KV was reused from the previous call (not evaluated again).
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    """One draft source's share of a call: tokens it drafted and how many were accepted."""
+
+    name: str
+    drafted: int
+    accepted: int
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(frozen=True)
+class SpeculationReport:
+    """What speculation did in one call (see the module glossary).
+
+    ``level`` is ``"exact"`` when every verify the decoder could issue is bitwise equal to plain
+    decoding on this engine, else ``"distribution"`` (see ``fucina doctor``).
+    """
+
+    steps: int
+    verifies: int
+    drafted: int
+    accepted: int
+    committed: int
+    #: The gate's state per confidence lane, as the CLI's stats line shows it.
+    gate: str
+    sources: tuple[SourceReport, ...]
+    level: str
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.committed / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def source(self, name: str) -> SourceReport:
+        """The report of source ``name`` (``conversation``, ``ref0``.., ``recycling``)."""
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        return (
+            f"spec: steps={self.steps} committed={self.committed} ({self.tokens_per_step:.2f} tok/step) "
+            f"verifies={self.verifies} drafted={self.drafted} accepted={self.accepted} "
+            f"({100 * self.acceptance:.0f}% acc)  {self.gate}  level={self.level}"
+        )
+
+    def sources_line(self) -> str:
+        """``spec sources: conversation a/d ref0 a/d ...``."""
+        return "spec sources: " + " ".join(f"{s.name} {s.accepted}/{s.drafted}" for s in self.sources)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Wall-clock split of one call (seconds); rates are 0 when nothing was timed."""
+
+    prompt_seconds: float
+    #: From the call's start to its first generated token (time to first token).
+    first_token_seconds: float
+    generate_seconds: float
+    generated_tokens: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The whole result of :meth:`LLM.complete` or :meth:`LLM.chat`.
+
+    ``text`` is cut before the first stop string and never contains the end-of-generation marker;
+    ``token_ids`` are every token the call generated up to the one that ended it (an end token or the
+    token completing a stop string included), so ``len(token_ids) == usage.completion_tokens``.
+    ``stats`` is None when the call decoded plainly.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    stats: Optional[SpeculationReport] = None
+
+
+@dataclass(frozen=True)
+class CompletionChunk:
+    """One piece of a streamed call.
+
+    Every chunk but the last carries new ``text`` and the ``token_ids`` generated since the previous
+    chunk; the last one carries ``finish_reason``, ``usage``, ``timings`` and ``stats`` (its text may
+    be empty). Joining every chunk's text gives the non-streamed ``Completion.text``.
+    """
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: Optional[FinishReason] = None
+    usage: Optional[Usage] = None
+    timings: Optional[Timings] = None
+    stats: Optional[SpeculationReport] = None

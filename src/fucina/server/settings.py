@@ -1,0 +1,70 @@
+"""The server's settings: one frozen dataclass, validated at construction."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from fucina.errors import InvalidOption
+
+#: Largest request body accepted (bytes), checked on Content-Length and on the bytes actually read.
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+#: Requests that may wait for the worker while it runs one (more get 429).
+DEFAULT_MAX_QUEUE = 16
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How ``fucina serve`` answers.
+
+    Args:
+        host, port: where to listen (loopback by default; port 0 picks a free one).
+        api_keys: accepted ``Authorization: Bearer`` keys; empty = no authentication.
+        max_queue: requests that may wait while one runs; a request beyond it gets 429.
+        max_tokens_limit: the most tokens one request may ask for (``max_tokens`` above it is a 400;
+            a request without ``max_tokens`` gets it as its budget). None = the context length.
+        max_body_bytes: largest request body (413 beyond it).
+        completion_max_tokens: ``max_tokens`` of ``/v1/completions`` when absent (OpenAI's 16).
+        retry_after_seconds: the ``Retry-After`` header of a 429.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    max_queue: int = DEFAULT_MAX_QUEUE
+    max_tokens_limit: int | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    completion_max_tokens: int = 16
+    retry_after_seconds: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise InvalidOption("host must be a non-empty string", param="host")
+        _int(self.port, "port", 0, 65535)
+        keys = tuple(self.api_keys)
+        for k in keys:
+            if not isinstance(k, str) or not k or k != k.strip() or not k.isprintable():
+                raise InvalidOption("API keys must be non-empty printable strings without surrounding spaces",
+                                    param="api_keys")
+        object.__setattr__(self, "api_keys", keys)
+        _int(self.max_queue, "max_queue", 0, 1 << 20)
+        if self.max_tokens_limit is not None:
+            _int(self.max_tokens_limit, "max_tokens_limit", 1, 1 << 31)
+        _int(self.max_body_bytes, "max_body_bytes", 1024, 1 << 30)
+        _int(self.completion_max_tokens, "completion_max_tokens", 1, 1 << 31)
+        _int(self.retry_after_seconds, "retry_after_seconds", 0, 3600)
+
+    @property
+    def loopback(self) -> bool:
+        """True when only this machine can connect."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def _int(value: object, name: str, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidOption(f"{name} must be an integer in [{lo}, {hi}], got {value!r}", param=name)

@@ -1,0 +1,381 @@
+"""Request and response bodies of the OpenAI-compatible endpoints (pydantic v2).
+
+Requests are validated strictly (``"temperature": "0.5"`` is a 400, not a silent conversion) with
+bounded fields; unknown extra fields are ignored. Fields that exist in the OpenAI API but would
+change the answer fucina gives (``n > 1``, ``logprobs``, ``tools`` ...) are declared only to be
+refused with a 400 naming them: none is ever silently ignored.
+
+Sampling defaults when a field is absent (or null) are OpenAI's: ``temperature=1``, ``top_p=1``;
+the extensions ``top_k`` and ``min_p`` are off (0), ``repeat_penalty`` is 1 (off) and
+``penalty_last_n`` 64 (llama.cpp's window for the three penalties). ``temperature=0`` is greedy;
+a positive temperature must be at least :data:`MIN_TEMPERATURE`. Without ``max_tokens`` (or
+``max_completion_tokens``) a chat answer runs to an end token or the end of the context (or to the
+server's ``--max-tokens-limit``), a completion gets OpenAI's 16 tokens. ``model`` may be omitted.
+``prediction`` (OpenAI's Predicted Outputs) becomes a reference document speculation drafts from: it
+can make an answer faster, never different; its drafted tokens are reported as
+``accepted_prediction_tokens`` / ``rejected_prediction_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+#: Longest text field (characters); the body limit (ServerSettings.max_body_bytes) binds first.
+MAX_TEXT = 1 << 20
+MAX_MESSAGES = 4096
+#: OpenAI's limit on stop sequences.
+MAX_STOP = 4
+MAX_STOP_CHARS = 512
+MAX_INT = 2**31 - 1
+MAX_SEED = 2**63 - 1
+MAX_PROMPT_TOKENS = 1 << 20
+#: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
+MIN_TEMPERATURE = 1e-6
+
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
+DEFAULT_TOP_K = 0
+DEFAULT_MIN_P = 0.0
+DEFAULT_REPEAT_PENALTY = 1.0
+DEFAULT_PENALTY_LAST_N = 64
+
+FinishReason = Literal["stop", "length"]
+
+
+def unsupported(field: str, why: str = "") -> PydanticCustomError:
+    """The validation error of a field fucina refuses (turned into a 400 naming it)."""
+    return PydanticCustomError("unsupported_parameter", "{field} is not supported by this server{why}",
+                               {"field": field, "why": f": {why}" if why else ""})
+
+
+def _text_parts(value: Any, field: str) -> str:
+    """A string, or a list of ``{"type": "text", "text": ...}`` parts, as one string."""
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
+                                      {"field": field, "n": MAX_TEXT})
+        return value
+    if isinstance(value, list):
+        if len(value) > MAX_MESSAGES:
+            raise PydanticCustomError("too_long", "{field} has more than {n} parts", {"field": field, "n": MAX_MESSAGES})
+        texts = []
+        for part in value:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                if isinstance(part, dict) and isinstance(part.get("type"), str) and part.get("type") != "text":
+                    raise unsupported(f"{field} part type {part['type'][:40]!r}", "only text parts")
+                raise PydanticCustomError("text_part", "{field} parts must be {{'type': 'text', 'text': string}}",
+                                          {"field": field})
+            texts.append(part["text"])
+        text = "".join(texts)
+        if len(text) > MAX_TEXT:
+            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
+                                      {"field": field, "n": MAX_TEXT})
+        return text
+    raise PydanticCustomError("text_type", "{field} must be a string or a list of text parts", {"field": field})
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class StreamOptions(_Body):
+    include_usage: Optional[bool] = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Any
+    name: Optional[str] = Field(None, max_length=256)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, v: Any) -> str:
+        return _text_parts(v, "content")
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, v: Any) -> Any:
+        if v in ("tool", "function"):
+            raise unsupported(f"role {v!r}", "tools are not supported")
+        return v
+
+
+def _check_unsupported(name: str, value: Any) -> Any:
+    """Refuse a value that would change the answer; the neutral values pass."""
+    neutral = {
+        "n": (None, 1), "best_of": (None, 1),
+        "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+        "tool_choice": (None, "none"), "function_call": (None, "none"), "audio": (None,),
+    }
+    if name in ("tools", "functions", "logit_bias"):
+        if value is None or value == [] or value == {}:
+            return value
+        raise unsupported(name)
+    if name == "response_format":
+        if value is None or value == {"type": "text"}:
+            return value
+        raise unsupported(name, "only {'type': 'text'}")
+    if name == "modalities":
+        if value is None or value == ["text"]:
+            return value
+        raise unsupported(name, "only ['text']")
+    if any(value is v or (type(value) is type(v) and value == v) for v in neutral[name]):
+        return value
+    if name in ("n", "best_of"):
+        raise unsupported(f"{name}={value!r}" if isinstance(value, int) else name, "only 1 choice per request")
+    raise unsupported(name)
+
+
+class _Sampling(_Body):
+    """Fields both endpoints share."""
+
+    model: Optional[str] = Field(None, max_length=256)
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
+    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
+    stop: Any = None
+    stream: Optional[bool] = None
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[str] = Field(None, max_length=256)
+    # Extensions (llama.cpp's samplers).
+    top_k: Optional[int] = Field(None, ge=0, le=MAX_INT)
+    min_p: Optional[float] = Field(None, ge=0.0, lt=1.0)
+    repeat_penalty: Optional[float] = Field(None, gt=0.0, le=10.0)
+    penalty_last_n: Optional[int] = Field(None, ge=-1, le=MAX_INT)
+    # Declared only to be refused unless neutral.
+    n: Any = None
+    logprobs: Any = None
+    logit_bias: Any = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop(cls, v: Any) -> Optional[tuple[str, ...]]:
+        if v is None:
+            return None
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list):
+            raise PydanticCustomError("stop_type", "stop must be a string or a list of strings", {})
+        if len(items) > MAX_STOP:
+            raise PydanticCustomError("too_long", "stop holds at most {n} sequences", {"n": MAX_STOP})
+        for s in items:
+            if not isinstance(s, str) or not 1 <= len(s) <= MAX_STOP_CHARS:
+                raise PydanticCustomError("stop_item", "stop sequences must be strings of 1 to {n} characters",
+                                          {"n": MAX_STOP_CHARS})
+        return tuple(items) or None
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and 0.0 < v < MIN_TEMPERATURE:
+            raise PydanticCustomError("temperature", "temperature must be 0 (greedy) or at least {m}",
+                                      {"m": MIN_TEMPERATURE})
+        return v
+
+    @field_validator("n", "logprobs", "logit_bias", mode="before")
+    @classmethod
+    def _refuse(cls, v: Any, info) -> Any:
+        return _check_unsupported(info.field_name, v)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options is not None and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
+    #: OpenAI's Predicted Outputs: text the answer is expected to repeat; fucina drafts from it.
+    prediction: Any = None
+    top_logprobs: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    response_format: Any = None
+    audio: Any = None
+    modalities: Any = None
+
+    @field_validator("top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format",
+                     "audio", "modalities", mode="before")
+    @classmethod
+    def _refuse_chat(cls, v: Any, info) -> Any:
+        return _check_unsupported(info.field_name, v)
+
+    @field_validator("prediction", mode="before")
+    @classmethod
+    def _prediction(cls, v: Any) -> Optional[str]:
+        if v is None:
+            return None
+        if not isinstance(v, dict) or v.get("type") != "content" or "content" not in v:
+            raise PydanticCustomError("prediction", "prediction must be {{'type': 'content', 'content': ...}}", {})
+        return _text_parts(v["content"], "prediction.content") or None
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``."""
+
+    prompt: Any
+    best_of: Any = None
+    echo: Any = None
+    suffix: Any = None
+
+    @field_validator("best_of", "echo", "suffix", mode="before")
+    @classmethod
+    def _refuse_completion(cls, v: Any, info) -> Any:
+        return _check_unsupported(info.field_name, v)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt(cls, v: Any) -> Any:
+        """One prompt: a string or token ids (a list of one of either is accepted too)."""
+        if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
+            v = v[0]
+        if isinstance(v, str):
+            if len(v) > MAX_TEXT:
+                raise PydanticCustomError("string_too_long", "prompt is longer than {n} characters", {"n": MAX_TEXT})
+            return v
+        if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+            if len(v) > MAX_PROMPT_TOKENS:
+                raise PydanticCustomError("too_long", "prompt has more than {n} tokens", {"n": MAX_PROMPT_TOKENS})
+            return tuple(v)
+        if isinstance(v, list) and len(v) > 1 and all(isinstance(p, (str, list)) for p in v):
+            raise unsupported("a batch of prompts", "send one prompt per request")
+        raise PydanticCustomError("prompt_type", "prompt must be a string or a non-empty list of token ids", {})
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PromptTokensDetails(_Out):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(_Out):
+    reasoning_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
+class UsageBody(_Out):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails
+
+
+class FucinaInfo(_Out):
+    """fucina's extension block: the seed used and what speculation did (see fucina.results)."""
+
+    seed: int
+    level: str
+    speculative: bool
+    steps: int = 0
+    verifies: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    committed: int = 0
+    acceptance: float = 0.0
+    queue_seconds: float = 0.0
+    prompt_seconds: float = 0.0
+    first_token_seconds: float = 0.0
+    generate_seconds: float = 0.0
+    tokens_per_second: float = 0.0
+
+
+class AssistantMessage(_Out):
+    role: Literal["assistant"] = "assistant"
+    content: str
+    refusal: None = None
+
+
+class ChatChoice(_Out):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: FinishReason
+    logprobs: None = None
+
+
+class ChatCompletionResponse(_Out):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChoice]
+    usage: UsageBody
+    fucina: FucinaInfo
+
+
+class ChatChunkChoice(_Out):
+    index: int = 0
+    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}``, ``{}`` at the end.
+    delta: dict[str, str]
+    finish_reason: Optional[FinishReason] = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_Out):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[UsageBody] = None
+    fucina: Optional[FucinaInfo] = None
+
+
+class CompletionChoice(_Out):
+    text: str
+    index: int = 0
+    logprobs: None = None
+    finish_reason: Optional[FinishReason] = None
+
+
+class CompletionResponse(_Out):
+    """A whole ``text_completion``, or one streamed chunk of it (``usage`` only on the last)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[CompletionChoice]
+    usage: Optional[UsageBody] = None
+    fucina: Optional[FucinaInfo] = None
+
+
+class ModelCard(_Out):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "fucina"
+
+
+class ModelList(_Out):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(_Out):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorResponse(_Out):
+    error: ErrorBody

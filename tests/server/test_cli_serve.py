@@ -1,0 +1,92 @@
+"""``fucina serve``: flags, API keys, the listening socket and the startup line (no model is served)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+
+import pytest
+
+from fucina.cli import serve as serve_cli
+from fucina.cli.common import CliError, Parser
+from tests.server.conftest import make_llm
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = Parser(prog="fucina")
+    serve_cli.register(p.add_subparsers(dest="command"))
+    return p.parse_args(["serve", *argv])
+
+
+def test_defaults_are_loopback_and_speculative():
+    args = parse()
+    assert args.handler is serve_cli.run
+    assert (args.host, args.port, args.no_spec, args.api_key, args.model) == ("127.0.0.1", 8000, False, [], None)
+    s = serve_cli.settings_from_args(args)
+    assert s.loopback and s.api_keys == () and s.max_tokens_limit is None and s.max_queue == 16
+
+
+def test_flags_and_key_file(tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# team keys\nkey-b\n\n  key-c  \nkey-a\n")
+    args = parse("smollm2-135m", "--host", "0.0.0.0", "--port", "0", "--api-key", "key-a", "--api-key-file",
+                 str(keys), "--ctx", "2048", "--threads", "1", "--exact", "--no-spec", "--max-queue", "3",
+                 "--max-tokens-limit", "256")
+    s = serve_cli.settings_from_args(args)
+    assert s.api_keys == ("key-a", "key-b", "key-c") and not s.loopback
+    assert (s.port, s.max_queue, s.max_tokens_limit) == (0, 3, 256)
+    assert (args.model, args.ctx, args.threads, args.exact, args.no_spec) == ("smollm2-135m", 2048, 1, True, True)
+    assert "key-a" not in repr(s)  # keys never show in logs
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--port", "70000"), "port"),
+    (("--port", "-1"), "serve"),
+    (("--max-queue", "x"), "serve"),
+    (("--api-key", ""), "api-key"),
+    (("--api-key-file", "/nonexistent/keys"), "keys"),
+])
+def test_bad_flags_are_one_line_errors(argv, message):
+    with pytest.raises(CliError) as exc:
+        serve_cli.settings_from_args(parse(*argv))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_an_empty_key_file_is_refused(tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# nothing\n\n")
+    with pytest.raises(CliError, match="no key"):
+        serve_cli.settings_from_args(parse("--api-key-file", str(keys)))
+
+
+def test_a_busy_port_fails_before_the_model_loads(monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        monkeypatch.setattr(serve_cli, "llm_from_args", lambda *a, **k: pytest.fail("model loaded"))
+        with pytest.raises(CliError, match="cannot listen"):
+            serve_cli.run(parse("--port", str(port)))
+
+
+def test_run_logs_one_startup_line_and_serves(monkeypatch, caplog):
+    import uvicorn
+
+    llm = make_llm()
+    seen = {}
+    monkeypatch.setattr(serve_cli, "llm_from_args", lambda args, speculative: (seen.setdefault("spec", speculative), llm)[1])
+
+    def fake_run(self, sockets=None):
+        seen["sockets"] = sockets
+        seen["app"] = self.config.app
+
+    monkeypatch.setattr(uvicorn.Server, "run", fake_run)
+    with caplog.at_level(logging.INFO, logger="fucina.server"):
+        assert serve_cli.run(parse("--port", "0", "--api-key", "k")) == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fucina serve:")]
+    assert len(lines) == 1
+    port = seen["sockets"][0].getsockname()[1] if seen["sockets"][0].fileno() != -1 else None
+    assert "http://127.0.0.1:" in lines[0] and "/v1 model=fake level=exact speculation=on" in lines[0]
+    assert "(API key required)" in lines[0] and port is None  # the socket was closed after serving
+    assert seen["spec"] is True and seen["app"].state.fucina.settings.api_keys == ("k",)

@@ -1,0 +1,37 @@
+"""The import-linter contracts in pyproject.toml hold, and they catch a backend import in speculative/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lint_imports(src: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` (the console script's entry point, run by this interpreter) over ``src``."""
+    # grimp finds `fucina` on sys.path: putting ``src`` first makes it analyse exactly that tree.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
+    code = "import sys; from importlinter.cli import lint_imports_command as m; sys.argv[0] = 'lint-imports'; m()"
+    return subprocess.run([sys.executable, "-c", code, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_layer_contracts_hold():
+    r = _lint_imports(ROOT / "src")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "0 broken" in r.stdout
+
+
+def test_a_backend_import_in_speculative_breaks_a_contract(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "fucina", src / "fucina", ignore=shutil.ignore_patterns("__pycache__"))
+    core = src / "fucina" / "speculative" / "core.py"
+    core.write_text(core.read_text() + "\nfrom fucina.backends import fake as _smuggled  # noqa\n")
+    r = _lint_imports(src)
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert "The speculative layers, plain decoding and the sampler import no backend BROKEN" in r.stdout
+    assert "fucina.speculative.core -> fucina.backends.fake" in r.stdout
