@@ -1,0 +1,388 @@
+"""Benchmarks through HTTP: ``fucina serve`` against the OpenAI-compatible servers users would pick instead.
+
+``python -m fucina.bench.http --tasks FILE [--traces FILE] --model smollm2-135m --out DIR``
+
+Servers (``--servers``, each started here on 127.0.0.1 with the same GGUF, context and threads):
+
+* ``api``: no server — the same request through ``fucina.LLM`` in this process, timed the same way
+  (what HTTP costs is the ratio of ``fucina`` to it);
+* ``fucina`` / ``fucina-plain``: ``fucina serve`` with and without speculation;
+* ``lcp`` / ``lcp-pld``: llama-cpp-python's server, plain and with its prompt-lookup draft
+  (``--draft_model prompt-lookup-decoding``);
+* ``llama-server`` / ``ngram-mod`` / ``ngram-simple`` / ``ngram-map-k``: llama.cpp's own server
+  (``--spec-type none|ngram-mod|ngram-simple|ngram-map-k``, ``--spec-draft-n-max 16``) built from the
+  llama.cpp vendored in the pinned llama-cpp-python sdist by ``scripts/build_llama_server.sh``; with
+  flash attention off like the others (``FUCINA_BENCH_LLAMA_FA=auto`` restores llama-server's default).
+
+Workloads, greedy, ``/v1/completions`` with a text prompt every server tokenizes the same way (the
+model's chat template rendered by fucina, special tokens parsed, as all three servers do):
+
+* **tasks**: each bench task's prompt, ``gen`` tokens, streamed; per request the client measures
+  TTFT (request sent -> first text) and decode speed ((tokens - 1) / (last text - first text)).
+  Servers are interleaved per repeat (every server runs a task before any runs it again).
+* **sessions** (``--traces``): each agent trajectory replayed as one multi-turn session against our
+  model (each request's recorded context as the prompt, ``--session-gen`` tokens): the TTFT of every
+  turn (prefix reuse shows here) and the wall time of the whole session.
+
+Reports medians per group and server in ``results.md`` / ``results.json``; run it alone on an idle
+machine (every figure is a ratio measured in this one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from fucina.catalog import model_id
+
+SERVERS = ("api", "fucina", "fucina-plain", "lcp", "lcp-pld", "llama-server", "ngram-mod", "ngram-simple", "ngram-map-k")
+LLAMA_SPEC = {"llama-server": "none", "ngram-mod": "ngram-mod", "ngram-simple": "ngram-simple",
+              "ngram-map-k": "ngram-map-k"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One streamed request."""
+
+    server: str
+    workload: str  # "task" or "session"
+    group: str
+    item: str  # task id, or trajectory/step
+    repeat: int
+    prompt_chars: int
+    tokens: int
+    ttft: float
+    decode_tps: float
+    wall: float
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class InProcess:
+    """The ``api`` pseudo-server: :class:`fucina.LLM` in this process, streamed like an HTTP request."""
+
+    kind = "api"
+    url = ""
+    model_id = "api"
+    cmd = ["fucina.LLM(model, n_ctx=ctx, n_threads=threads)"]
+
+    def __init__(self, model: str, ctx: int, threads: int) -> None:
+        from fucina.api import LLM
+
+        self.llm = LLM(model, n_ctx=ctx, n_threads=threads, progress=False)
+
+    def wait_ready(self, httpx) -> None:
+        return None
+
+    def stream(self, prompt: str, max_tokens: int) -> tuple[str, int, float, float, float]:
+        t0 = time.perf_counter()
+        first = last = None
+        parts: list[str] = []
+        tokens = 0
+        for c in self.llm.complete(prompt, max_tokens=max_tokens, temperature=0, stream=True):
+            if c.text:
+                now = time.perf_counter()
+                first = first if first is not None else now
+                last = now
+                parts.append(c.text)
+            if c.usage is not None:
+                tokens = c.usage.completion_tokens
+        wall = time.perf_counter() - t0
+        ttft = (first - t0) if first is not None else wall
+        span = (last - first) if first is not None and last is not None else 0.0
+        return "".join(parts), tokens, ttft, ((tokens - 1) / span if span > 0 and tokens > 1 else 0.0), wall
+
+    def stop(self) -> None:
+        self.llm.close()
+
+
+class Server:
+    """A server process on 127.0.0.1 serving ``model_path``; ``stop()`` ends it."""
+
+    def __init__(self, kind: str, model: str, model_path: Path, ctx: int, threads: int, llama_server: str | None,
+                 log_dir: Path) -> None:
+        self.kind = kind
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        host = ["--host", "127.0.0.1", "--port", str(self.port)]
+        if kind.startswith("fucina"):
+            cmd = [sys.executable, "-m", "fucina.cli", "serve", model, "--ctx", str(ctx), "--threads", str(threads),
+                   *host] + (["--no-spec"] if kind == "fucina-plain" else [])
+        elif kind.startswith("lcp"):
+            cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--n_ctx", str(ctx),
+                   "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", "m", *host]
+            if kind == "lcp-pld":
+                cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "10"]
+        else:
+            if not llama_server:
+                raise SystemExit(f"{kind} needs --llama-server (scripts/build_llama_server.sh prints its path)")
+            cmd = [llama_server, "-m", str(model_path), "-c", str(ctx), "-t", str(threads), "-tb", str(threads),
+                   "--no-webui", "-np", "1", "--spec-type", LLAMA_SPEC[kind], *host]
+            # Flash attention off, as fucina and llama-cpp-python run (llama-server's default is auto).
+            cmd += ["-fa", os.environ.get("FUCINA_BENCH_LLAMA_FA", "off")]
+            if kind != "llama-server":
+                cmd += ["--spec-draft-n-max", "16"]
+        self.log = open(log_dir / f"{kind}.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.cmd = cmd
+        #: The model id this server answers to (fucina checks it; the others accept any).
+        self.model_id = model_id(model) if kind.startswith("fucina") else "m"
+
+    def wait_ready(self, httpx, timeout: float = 600) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.kind} exited ({self.proc.returncode}); see {self.log.name}")
+            try:
+                if httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"{self.kind} did not start within {timeout:.0f}s; see {self.log.name}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def stream_completion(httpx, url: str, model: str, prompt: str, max_tokens: int,
+                      count_tokens) -> tuple[str, int, float, float, float]:
+    """Stream one greedy completion; returns (text, tokens, ttft, decode tok/s, wall seconds)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = None
+    parts: list[str] = []
+    usage_tokens = None
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            doc = json.loads(line[6:])
+            if doc.get("usage"):
+                usage_tokens = doc["usage"].get("completion_tokens")
+            for ch in doc.get("choices") or []:
+                text = ch.get("text") or ""
+                if text:
+                    now = time.perf_counter()
+                    first = first if first is not None else now
+                    last = now
+                    parts.append(text)
+    wall = time.perf_counter() - t0
+    text = "".join(parts)
+    tokens = usage_tokens if usage_tokens else count_tokens(text)
+    ttft = (first - t0) if first is not None else wall
+    span = (last - first) if first is not None and last is not None else 0.0
+    tps = (tokens - 1) / span if span > 0 and tokens > 1 else 0.0
+    return text, tokens, ttft, tps, wall
+
+
+def _render(tok, text: str) -> str:
+    tmpl = tok.chat_template()
+    return tok.apply_chat_template([{"role": "user", "content": text}]) if tmpl else text
+
+
+def _summary(samples: Sequence[Sample]) -> dict:
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.workload + ":" + s.group, s.server), []).append(s)
+    out: dict = {}
+    for (g, server), ss in sorted(groups.items()):
+        out.setdefault(g, {})[server] = {
+            "decode_tps": statistics.median(s.decode_tps for s in ss),
+            "ttft": statistics.median(s.ttft for s in ss),
+            "wall": statistics.median(s.wall for s in ss),
+            "n": len(ss),
+        }
+    return out
+
+
+#: Each speculating server and the plain server it is measured against (same engine, same settings).
+PLAIN_OF = {"fucina": "fucina-plain", "lcp-pld": "lcp", "ngram-mod": "llama-server", "ngram-simple": "llama-server",
+            "ngram-map-k": "llama-server"}
+
+
+def _speedups(samples: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """Per task group: median over tasks of (median decode tok/s of a speculating server / its plain one)."""
+    per: dict[tuple[str, str, str], list[float]] = {}
+    for s in samples:
+        if s["workload"] == "task":
+            per.setdefault((s["group"], s["item"], s["server"]), []).append(s["decode_tps"])
+    med = {k: statistics.median(v) for k, v in per.items()}
+    out: dict[str, dict[str, list[float]]] = {}
+    for (group, item, server), v in med.items():
+        plain = med.get((group, item, PLAIN_OF.get(server, "")))
+        if plain:
+            out.setdefault(group, {}).setdefault(server, []).append(v / plain)
+    return {g: {k: statistics.median(v) for k, v in row.items()} for g, row in sorted(out.items())}
+
+
+def _speedup_table(samples: Sequence[dict], servers: Sequence[str]) -> list[str]:
+    spec = [s for s in servers if PLAIN_OF.get(s) in servers]
+    table = _speedups(samples)
+    if not spec or not table:
+        return []
+    lines = ["## Speculative speedup over the same server's plain decoding (decode tok/s, median over tasks)", "",
+             "| group | " + " | ".join(f"{s} / {PLAIN_OF[s]}" for s in spec) + " |", "|---" * (len(spec) + 1) + "|"]
+    for g, row in table.items():
+        lines.append(f"| {g} | " + " | ".join(f"{row[s]:.2f}x" if s in row else "-" for s in spec) + " |")
+    every = {s: [row[s] for row in table.values() if s in row] for s in spec}
+    lines.append("| **median of groups** | " + " | ".join(
+        f"**{statistics.median(v):.2f}x**" if v else "-" for v in every.values()) + " |")
+    return lines + [""]
+
+
+def _markdown(summary: dict, servers: Sequence[str], meta: dict, samples: Sequence[dict] = ()) -> str:
+    """Ratios to the first server of ``--servers`` that is llama.cpp's plain server (else the first)."""
+    base = "llama-server" if "llama-server" in servers else servers[0]
+    head = ["| group | " + " | ".join(servers) + " |", "|---" * (len(servers) + 1) + "|"]
+    lines = [f"# HTTP benchmark ({meta['model']}, {meta['date']})", "", f"Machine: {meta['machine']}",
+             f"Command: `{meta['command']}`", "", f"Ratios to `{base}` (medians).", ""]
+    tables = (("task:", "decode_tps", "Decode speed (tok/s ratio; higher is faster)", False),
+              ("turn:", "ttft", "Time to first token per agent turn (ms; turn1 = cold, turnn = later turns)", True),
+              ("session:", "wall", "Wall time of a whole agent session (ratio; lower is faster)", False))
+    for prefix, key, title, absolute in tables:
+        rows = {g: r for g, r in summary.items() if g.startswith(prefix)}
+        if not rows:
+            continue
+        lines += [f"## {title}", "", *head]
+        for g, row in rows.items():
+            ref = row.get(base, {}).get(key) or 0.0
+            cells = []
+            for s in servers:
+                v = row.get(s)
+                if v is None:
+                    cells.append("-")
+                elif absolute or not ref:
+                    cells.append(f"{1000 * v[key]:.0f}" if key == "ttft" else f"{v[key]:.2f}")
+                else:
+                    cells.append(f"{v[key] / ref:.2f}x")
+            lines.append(f"| {g[len(prefix):]} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines + _speedup_table(samples, servers))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fucina.bench.http", description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=Path, help="bench task file (JSONL)")
+    ap.add_argument("--traces", type=Path, help="agent traces (JSONL: source, trajectory, step, context, output)")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--servers", default=",".join(SERVERS[1:]), help=f"comma list of {','.join(SERVERS)}")
+    ap.add_argument("--llama-server", help="path of the llama-server binary")
+    ap.add_argument("--per-group", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--session-gen", type=int, default=32, help="tokens per agent turn")
+    ap.add_argument("--session-tokens", type=int, default=3000, help="first N prompt tokens of each turn")
+    ap.add_argument("--sessions", type=int, default=None, help="at most N trajectories")
+    ap.add_argument("--session-steps", type=int, default=None, help="at most the first N requests of each")
+    ap.add_argument("--trace-source", default=None, help="only trajectories of this source (aider, swe-agent)")
+    ap.add_argument("--out", type=Path, default=Path("bench-http"))
+    ap.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="re-render results.md from a results.json")
+    a = ap.parse_args(argv)
+    if a.render:
+        doc = json.loads(a.render.read_text())
+        servers = list(doc["meta"].get("servers") or SERVERS)
+        text = _markdown(doc["summary"], servers, doc["meta"], doc["samples"])
+        (a.render.parent / "results.md").write_text(text)
+        print(text)
+        return 0
+    import httpx
+
+    from fucina.bench.suite import load_tasks, select_tasks
+    from fucina.calibrate import cpu_name
+    from fucina.catalog import load_tokenizer, resolve_model
+
+    servers = [s.strip() for s in a.servers.split(",") if s.strip()]
+    bad = [s for s in servers if s not in SERVERS]
+    if bad or not (a.tasks or a.traces):
+        ap.error(f"unknown servers {bad}" if bad else "give --tasks and/or --traces")
+    path = resolve_model(a.model)
+    tok = load_tokenizer(a.model)
+
+    def count(text: str) -> int:
+        return len(tok.tokenize(text, add_bos=False))
+
+    tasks = select_tasks(load_tasks(a.tasks), per_group=a.per_group) if a.tasks else []
+    sessions: dict[str, list[str]] = {}
+    if a.traces:
+        for line in a.traces.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if a.trace_source and r["source"] != a.trace_source:
+                    continue
+                ids = tok.tokenize(r["context"], add_bos=False)[: a.session_tokens]
+                sessions.setdefault(f"{r['source']}:{r['trajectory']}", []).append(_render(tok, tok.detokenize(ids)))
+        if a.sessions:
+            sessions = dict(list(sessions.items())[: a.sessions])
+        if a.session_steps:
+            sessions = {k: v[: a.session_steps] for k, v in sessions.items()}
+    a.out.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="bench-http-logs-", dir=a.out))
+    samples: list[Sample] = []
+    running = [InProcess(a.model, a.ctx, a.threads) if k == "api" else
+               Server(k, a.model, path, a.ctx, a.threads, a.llama_server, logs) for k in servers]
+
+    def request(s, prompt: str, max_tokens: int):
+        if isinstance(s, InProcess):
+            return s.stream(prompt, max_tokens)
+        return stream_completion(httpx, s.url, s.model_id, prompt, max_tokens, count)
+
+    try:
+        for s in running:
+            s.wait_ready(httpx)
+        for rep in range(a.repeats):
+            for t in tasks:
+                prompt = _render(tok, t.prompt)
+                for s in running:  # interleaved: drift hits every server alike
+                    _, n, ttft, tps, wall = request(s, prompt, t.gen)
+                    samples.append(Sample(s.kind, "task", t.group, t.id, rep, len(prompt), n, ttft, tps, wall))
+                print(f"\rrepeat {rep + 1}/{a.repeats} {t.id}", end="", file=sys.stderr, flush=True)
+        for name, turns in sessions.items():
+            group = name.split(":")[0]
+            for s in running:
+                t0 = time.perf_counter()
+                for i, prompt in enumerate(turns):
+                    _, n, ttft, tps, wall = request(s, prompt, a.session_gen)
+                    samples.append(Sample(s.kind, "turn", f"{group}-turn{'1' if i == 0 else 'n'}", f"{name}/{i}", 0,
+                                          len(prompt), n, ttft, tps, wall))
+                samples.append(Sample(s.kind, "session", group, name, 0, 0, 0, 0.0, 0.0, time.perf_counter() - t0))
+            print(f"\rsession {name}", end="", file=sys.stderr, flush=True)
+    finally:
+        for s in running:
+            s.stop()
+    print(file=sys.stderr)
+    meta = {"model": a.model, "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
+            "command": "python -m fucina.bench.http " + " ".join(sys.argv[1:] if argv is None else argv),
+            "servers": {s.kind: s.cmd for s in running}, "threads": a.threads, "ctx": a.ctx}
+    summary = _summary(samples)
+    (a.out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary,
+                                                    "samples": [asdict(s) for s in samples]}, indent=1))
+    (a.out / "results.md").write_text(_markdown(summary, servers, meta, [asdict(s) for s in samples]))
+    print((a.out / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
