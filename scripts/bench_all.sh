@@ -32,3 +32,10 @@ done
 PYTHONPATH="$EXACT_ENV" python -m fucina.cli bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --exact \
   --methods plain,fucina,oracle --per-group 1 --repeats 3 --out "$OUT/suite-gemma3-exact"
 python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1   # divergence audit, standard build (not timed)
+# Through HTTP: fucina serve vs llama-cpp-python's server and llama.cpp's llama-server (built from the vendored sources).
+LS=$(bash scripts/build_llama_server.sh)
+python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
+  --servers fucina,fucina-plain,llama-server,ngram-mod,ngram-simple,ngram-map-k \
+  --traces "$SHARED/traces/agent_traces_dev.jsonl" --trace-source swe-agent --session-steps 5 \
+  --session-tokens 1500 --session-gen 16 --llama-server "$LS" --out "$OUT/http-smollm2"
+python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --servers api,fucina --out "$OUT/http-api"

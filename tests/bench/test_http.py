@@ -1,0 +1,41 @@
+"""The HTTP benchmark's report: speedups are each server over its own plain server, medians over tasks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fucina.bench import http
+
+
+def _sample(server: str, group: str, item: str, tps: float, repeat: int = 0) -> dict:
+    return dict(server=server, workload="task", group=group, item=item, repeat=repeat, prompt_chars=10,
+                tokens=64, ttft=0.1, decode_tps=tps, wall=1.0)
+
+
+def test_speedup_is_over_the_same_servers_plain_run_median_of_tasks():
+    samples = [
+        # task a: fucina 2x its plain (median of 3 repeats), ngram-mod 1.5x llama-server
+        *[_sample("fucina", "g", "a", v, r) for r, v in enumerate((20.0, 22.0, 100.0))],
+        *[_sample("fucina-plain", "g", "a", 11.0, r) for r in range(3)],
+        _sample("llama-server", "g", "a", 10.0), _sample("ngram-mod", "g", "a", 15.0),
+        # task b: fucina 1x
+        _sample("fucina", "g", "b", 10.0), _sample("fucina-plain", "g", "b", 10.0),
+        _sample("fucina", "h", "c", 5.0),  # no plain run: no speedup
+    ]
+    table = http._speedups(samples)
+    assert table["g"]["fucina"] == pytest.approx(1.5)  # median of (2.0, 1.0)
+    assert table["g"]["ngram-mod"] == pytest.approx(1.5)
+    assert "h" not in table
+
+
+def test_markdown_tables_and_ratios():
+    samples = [_sample("fucina", "g", "a", 20.0), _sample("fucina-plain", "g", "a", 10.0),
+               _sample("llama-server", "g", "a", 8.0)]
+    from dataclasses import fields
+
+    objs = [http.Sample(**{f.name: s[f.name] for f in fields(http.Sample)}) for s in samples]
+    summary = http._summary(objs)
+    text = http._markdown(summary, ["fucina", "fucina-plain", "llama-server"],
+                          {"model": "m", "date": "d", "machine": "x", "command": "c"}, samples)
+    assert "| g | 2.50x | 1.25x | 1.00x |" in text  # decode ratio to llama-server
+    assert "| g | 2.00x |" in text  # fucina over fucina-plain
