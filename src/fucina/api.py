@@ -17,7 +17,7 @@ at the first stop string exactly where plain decoding would cut it. (:class:`fuc
 is stricter, because its sampler carries on into the next turn.)
 
 **Prefix reuse**: the KV cache of the previous call is kept, and a few earlier ones are saved as
-snapshots (*prefix slots*, see ``PREFIX_SLOTS``); a call whose prompt starts with tokens one of them
+snapshots (*prefix slots*, see :mod:`fucina.prefix_cache`); a call whose prompt starts with tokens one of them
 holds evaluates only the rest (``usage.cached_tokens``), so interleaved conversations both reuse theirs.
 """
 
@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
                            TooManyReferences)
 from fucina.generate import PlainDecoder, StopScanner, TextStreamer
+from fucina.prefix_cache import PrefixCache
 from fucina.results import (Completion, CompletionChunk, FinishReason, SourceReport, SpeculationReport,
                             Timings, Usage)
 from fucina.sampling import Sampler, SamplerOptions
@@ -121,10 +122,8 @@ class LLM:
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
-        #: Tokens held in the model's KV cache by the last call (None: unknown, reset first).
-        self._cached: list[int] | None = None
-        #: Saved prefix slots, least recently used first: ``(tokens, snapshot, nbytes)``.
-        self._slots: list[tuple[tuple[int, ...], Any, int]] = []
+        #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
+        self.prefix_cache = PrefixCache(self.model)
         self._cost_source = cost_table
         self._table: CostTable | None = cost_table if isinstance(cost_table, CostTable) else None
         self._spec_options = spec_options
@@ -218,7 +217,7 @@ class LLM:
             options.setdefault("spec_options", self._decoder_options())
             options.setdefault("clock", time.perf_counter)
         with self._lock:
-            self._cached = None
+            self.prefix_cache.invalidate()
         return Conversation(self.model, ChatOptions(**options))
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
@@ -383,7 +382,7 @@ class LLM:
                 self._table = load_or_calibrate(self.model, path, self._print_progress if self._progress else None)
             if self._report is None:
                 self._report = cached_report(self.model)
-            self._cached = None  # both may have run forwards: the cache is no longer the last call's
+            self.prefix_cache.invalidate()  # both may have run forwards: the cache is no longer the last call's
 
     @staticmethod
     def _print_progress(i: int, n: int) -> None:
@@ -447,13 +446,13 @@ class LLM:
         model = self.model
         t0 = time.perf_counter()
         # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
-        reused = self._reuse_prefix(prompt)
+        reused = self.prefix_cache.reuse(prompt)
         decoder = self._decoder(Sampler(req.sampler), req)
         try:
             decoder.adopt(prompt[:reused])
             decoder.feed(prompt[reused:])
         except BaseException:
-            self._forget()
+            self.prefix_cache.forget()
             raise
         t_fed = time.perf_counter()
         # 2. Decode up to the budget; the end tokens are checked inside the verify loop.
@@ -502,149 +501,22 @@ class LLM:
                     unsent = []
         except BaseException:
             tokens.close()
-            self._settle(decoder)
+            self.prefix_cache.settle(decoder.history)
             raise
         tokens.close()
-        self._settle(decoder)
+        self.prefix_cache.settle(decoder.history)
         t_end = time.perf_counter()
         timings = Timings(t_fed - t0, (first or t_end) - t0, t_end - t_fed, len(generated))
         usage = Usage(len(prompt), len(generated), reused)
         yield CompletionChunk("", tuple(unsent), finish, usage, timings, self._speculation_report(decoder))
 
-    # -- prefix reuse -------------------------------------------------------------------------
-    #
-    # The KV cache holds the tokens of the last call (``_cached``). Before a call truncates it to
-    # make room for a prompt that shares less with it, the cache is saved as a *prefix slot* (a
-    # ``model.snapshot()``), so interleaved conversations (A1 B1 A2 B2) each resume from their own
-    # prefix: a prompt that shares more with a slot than with the live cache restores that slot.
-    # A restore puts back exactly the rows the slot's tokens produced (bit for bit), and the
-    # speculation index is rebuilt from the prompt on every call, so a reused prefix changes no
-    # output. Slots are bounded in count and bytes (the least recently used is dropped first);
-    # models without ``snapshot``/``restore`` keep the single live prefix.
-
-    #: Most prefix slots kept (each is one snapshot of the KV cache).
-    PREFIX_SLOTS = 4
-    #: Most bytes all prefix slots hold together (~22 MB per 1k tokens for SmolLM2-135M).
-    PREFIX_SLOT_BYTES = 256 * 2**20
-    #: A cache is saved only when a call would drop at least this many of its tokens, and a slot is
-    #: restored only when it reuses at least this many more tokens than the live cache.
-    PREFIX_SLOT_MIN_TOKENS = 16
-
-    def _reuse_prefix(self, prompt: list[int]) -> int:
-        """Put the longest available prefix of ``prompt`` in the cache; returns its length.
-
-        At least one prompt token is always evaluated again: the first sample needs its logits row.
-        """
-        from fucina.errors import FucinaError
-
-        model = self.model
-        cached = self._cached
-        live = cached is not None and model.kv_len == len(cached)
-        limit = len(prompt) - 1
-        m = self._shared(cached, prompt, limit) if live else 0
-        if not getattr(model, "rewindable", True):
-            # Recurrent state cannot be cut back: reuse it only when the prompt extends it whole.
-            if live and m == len(cached):
-                return m
-            model.reset()
-            self._cached = []
-            return 0
-        slots = self._prefix_slots()
-        best, best_m = -1, 0
-        for i, slot in enumerate(slots):
-            k = self._shared(slot[0], prompt, limit)
-            if k > best_m:
-                best, best_m = i, k
-        slot_holds_tail = False
-        if best >= 0 and best_m >= m + self.PREFIX_SLOT_MIN_TOKENS:
-            entry = slots.pop(best)
-            if live:
-                self._save_slot(cached, m)
-            try:
-                model.restore(entry[1])
-                ok = model.kv_len == len(entry[0])
-            except FucinaError:
-                ok = False
-            if not ok:
-                self._forget()
-                return 0
-            cached, m, live = list(entry[0]), best_m, True
-            if len(cached) - m >= self.PREFIX_SLOT_MIN_TOKENS:
-                # The slot keeps what the truncation below drops (and is now the most recently used).
-                slots.append(entry)
-                self._evict_slots()
-                slot_holds_tail = True
-        if not live:
-            model.reset()
-            self._cached = []
-            return 0
-        if m < len(cached):
-            if not slot_holds_tail:
-                self._save_slot(cached, m)
-            model.truncate(m)
-        self._cached = cached[:m]
-        return m
-
-    @staticmethod
-    def _shared(cached: Sequence[int] | None, prompt: Sequence[int], limit: int) -> int:
-        """Length of the common prefix of ``cached`` and ``prompt``, at most ``limit``."""
-        if not cached:
-            return 0
-        m, limit = 0, min(len(cached), limit)
-        while m < limit and cached[m] == prompt[m]:
-            m += 1
-        return m
-
-    def _prefix_slots(self) -> list[tuple[tuple[int, ...], Any, int]]:
-        """The prefix slots, least recently used first: ``(tokens, snapshot, nbytes)``."""
-        return self._slots
-
-    def _save_slot(self, cached: list[int], keep: int) -> None:
-        """Snapshot the live cache (``cached``) before a call keeps only its first ``keep`` tokens."""
-        snapshot = getattr(self.model, "snapshot", None)
-        if (snapshot is None or not hasattr(self.model, "restore") or self.PREFIX_SLOTS < 1
-                or len(cached) - keep < self.PREFIX_SLOT_MIN_TOKENS):
-            return
-        from fucina.errors import FucinaError
-
-        try:
-            snap = snapshot()
-        except FucinaError:
-            return
-        nbytes = int(getattr(snap, "nbytes", 0))
-        if nbytes > self.PREFIX_SLOT_BYTES:
-            return
-        tokens = tuple(cached)
-        slots = self._prefix_slots()
-        # A slot whose tokens start the new one holds nothing the new one lacks.
-        slots[:] = [s for s in slots if not (len(s[0]) <= len(tokens) and tokens[:len(s[0])] == s[0])]
-        slots.append((tokens, snap, nbytes))
-        self._evict_slots()
-
-    def _evict_slots(self) -> None:
-        slots = self._prefix_slots()
-        while len(slots) > self.PREFIX_SLOTS or sum(s[2] for s in slots) > self.PREFIX_SLOT_BYTES:
-            slots.pop(0)
+    def reset(self) -> None:
+        """Empty the model's KV cache (e.g. after an engine fault); saved prefix slots stay."""
+        self.prefix_cache.forget()
 
     def prefix_slots(self) -> list[tuple[int, int]]:
-        """``(tokens, bytes)`` of each saved prefix slot, least recently used first.
-
-        Lock-free (a copy of the list), so a server can report it while a generation runs.
-        """
-        return [(len(s[0]), s[2]) for s in list(self._prefix_slots())]
-
-    def _settle(self, decoder) -> None:
-        """Remember what the cache holds after a call (all committed tokens but the carried one)."""
-        n = self.model.kv_len
-        hist = decoder.history
-        self._cached = list(hist[:n]) if n <= len(hist) else None
-
-    def _forget(self) -> None:
-        """Empty the live cache (after an engine fault); saved prefix slots are copies and stay."""
-        try:
-            self.model.reset()
-        finally:
-            self._cached = []
+        """``(tokens, bytes)`` of each saved prefix slot, least recently used first (lock-free)."""
+        return self.prefix_cache.slots()
 
     def _speculation_report(self, decoder) -> SpeculationReport | None:
         stats = getattr(decoder, "stats", None)

@@ -60,14 +60,14 @@ def test_interleaved_conversations_both_reuse_their_prefix():
 def test_without_slots_only_the_last_prefix_is_reused():
     """Control: with slots off, B2 and A2 find almost nothing (the test above is not trivially true)."""
     llm = make_llm()
-    llm.PREFIX_SLOTS = 0
+    llm.prefix_cache.max_slots = 0
     out, _ = _interleave(llm)
     assert out["A2"].usage.cached_tokens < 40 and out["B2"].usage.cached_tokens < 40
 
 
 def test_slots_are_bounded_in_count_and_bytes():
     llm = make_llm()
-    llm.PREFIX_SLOTS = 2
+    llm.prefix_cache.max_slots = 2
     docs = [f"document {i}: " + ("lorem ipsum dolor sit amet " if i % 2 else "sed ut perspiciatis unde ") * 4
             for i in range(5)]
     for d in docs:
@@ -76,10 +76,10 @@ def test_slots_are_bounded_in_count_and_bytes():
     assert len(slots) == 2
     # The two most recent earlier documents are kept (the live cache holds the last one).
     assert [n for n, _ in slots] == [len(llm.tokenize(docs[i])) + 7 for i in (2, 3)]
-    llm.PREFIX_SLOT_BYTES = slots[-1][1]  # room for one snapshot only
+    llm.prefix_cache.max_bytes = slots[-1][1]  # room for one snapshot only
     llm.complete(docs[0], max_tokens=8, temperature=0)
     assert len(llm.prefix_slots()) == 1
-    assert sum(b for _, b in llm.prefix_slots()) <= llm.PREFIX_SLOT_BYTES
+    assert sum(b for _, b in llm.prefix_slots()) <= llm.prefix_cache.max_bytes
 
 
 def test_a_failed_restore_falls_back_to_a_cold_start():

@@ -97,8 +97,8 @@ def test_interleaved_chats_reuse_both_prefixes_and_change_nothing(ref):
     sequential: dict = {}
     for key, first in (("A", True), ("A", False), ("B", True), ("B", False)):
         turn(sequential, key, first)
-    llm._prefix_slots().clear()
-    llm._forget()
+    llm.prefix_cache.clear()
+    llm.reset()
     interleaved: dict = {}
     for key, first in (("A", True), ("B", True), ("A", False), ("B", False)):
         turn(interleaved, key, first)

@@ -15,7 +15,7 @@ class FakeLLM:
     def __init__(self) -> None:
         self.forgotten = 0
 
-    def _forget(self) -> None:
+    def reset(self) -> None:
         self.forgotten += 1
 
 

@@ -223,9 +223,9 @@ class Worker:
     def _fault(self, job: Job, exc: BaseException) -> None:
         log.error("engine fault: %s: %s", type(exc).__name__, exc, exc_info=exc)
         try:
-            forget = getattr(self.llm, "_forget", None)
-            if forget is not None:
-                forget()
+            reset = getattr(self.llm, "reset", None)
+            if reset is not None:
+                reset()
         except Exception:
             log.exception("resetting the KV cache after a fault failed")
         if self._on_fault is not None:
