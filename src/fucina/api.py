@@ -338,14 +338,10 @@ class LLM:
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
             raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
                                 param="messages")
+        from fucina.chat import tokenize_rendered
+
         msgs = [_message(m, i) for i, m in enumerate(messages)]
-        text = self._render(msgs)
-        bos = getattr(self.model, "bos_id", None)
-        ids = list(self.model.tokenize(text, add_bos=bool(getattr(self.model, "add_bos_default", False)),
-                                       special=True))
-        if bos is not None and ids[:2] == [bos, bos]:
-            ids = ids[1:]  # the template already wrote BOS
-        return ids
+        return tokenize_rendered(self.model, self._render(msgs))
 
     def _render(self, msgs: list[dict[str, str]]) -> str:
         own = getattr(self.model, "chat_template", None)
@@ -467,6 +463,7 @@ class LLM:
         first: float | None = None
         tokens = decoder.generate(budget, stop_ids)
         try:
+            cut = False  # a stop string ended the text
             for tok in tokens:
                 generated.append(tok)
                 unsent.append(tok)
@@ -475,36 +472,27 @@ class LLM:
                 if tok in stop_ids:
                     finish = "stop"
                     break  # the end marker is not part of the text
-                text, hit = _scan(scanner, streamer.push(tok))
+                text, cut = _scan(scanner, streamer.push(tok))
                 if text:
                     yield CompletionChunk(text, tuple(unsent))
                     unsent = []
-                if hit:
+                if cut:
                     finish = "stop"
                     break
-            else:
-                # 3. The budget ran out: flush held-back bytes and any unfinished stop-string prefix.
+            if not cut:
+                # 3. An end token or the budget ended it: flush held-back bytes and any unfinished
+                #    stop-string prefix (the flushed bytes may still complete a stop string).
                 text, hit = _scan(scanner, streamer.flush())
-                finish = "stop" if hit else finish
-                if scanner is not None and not hit:
+                if hit:
+                    finish = "stop"
+                elif scanner is not None:
                     text += scanner.flush()
                 if text:
                     yield CompletionChunk(text, tuple(unsent))
                     unsent = []
-            if finish == "stop" and generated and generated[-1] in stop_ids:
-                tail = streamer.flush()
-                text, _ = _scan(scanner, tail)
-                if scanner is not None:
-                    text += scanner.flush()
-                if text:
-                    yield CompletionChunk(text, tuple(unsent))
-                    unsent = []
-        except BaseException:
+        finally:
             tokens.close()
             self.prefix_cache.settle(decoder.history)
-            raise
-        tokens.close()
-        self.prefix_cache.settle(decoder.history)
         t_end = time.perf_counter()
         timings = Timings(t_fed - t0, (first or t_end) - t0, t_end - t_fed, len(generated))
         usage = Usage(len(prompt), len(generated), reused)

@@ -47,7 +47,7 @@ from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.source import DraftSource
 
-__all__ = ["ChatOptions", "ChatStats", "Conversation", "Renderer", "TurnGate"]
+__all__ = ["ChatOptions", "ChatStats", "Conversation", "Renderer", "TurnGate", "tokenize_rendered"]
 
 Message = dict[str, str]
 #: A chat template as a function: (messages, add_assistant_header) -> prompt text.
@@ -490,12 +490,7 @@ class Conversation:
         """Tokens of ``prompt_text`` past the committed stream (the whole prompt on turn one)."""
         tok = self.model.tokenize
         if self._head is None:
-            bos = getattr(self.model, "bos_id", None)
-            toks = list(tok(prompt_text, add_bos=bool(getattr(self.model, "add_bos_default", False)),
-                            special=True))
-            if bos is not None and toks[:2] == [bos, bos]:
-                toks = toks[1:]  # the template already wrote BOS
-            return toks
+            return tokenize_rendered(self.model, prompt_text)
         head, content = self._head, self._last_content
         if not prompt_text.startswith(head):
             raise ChatTemplateMismatch(
@@ -520,6 +515,18 @@ class Conversation:
         active, self._active = getattr(self, "_active", None), None
         if active is not None:
             active.close()  # runs the turn's finally: it is recorded as interrupted
+
+
+def tokenize_rendered(model, text: str) -> list[int]:
+    """Tokens of a whole rendered chat prompt: special markers parsed, BOS added once.
+
+    The model's BOS is added when its vocabulary asks for it, unless the template already wrote one.
+    """
+    bos = getattr(model, "bos_id", None)
+    toks = list(model.tokenize(text, add_bos=bool(getattr(model, "add_bos_default", False)), special=True))
+    if bos is not None and toks[:2] == [bos, bos]:
+        toks = toks[1:]  # the template already wrote BOS
+    return toks
 
 
 def _renderer(model, template: Union[str, Renderer, None]) -> Renderer:
