@@ -21,7 +21,7 @@ def _private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gemma():
-    """The embedded default model (Gemma 3 270M base, Q4_K_M), standard (non-exact) load."""
+    """The embedded default model (Gemma 3 270M base, Q4_K_M), the default load of the running engine."""
     from fucina.catalog import load_model
 
     m = load_model("gemma3-270m", n_ctx=2048)
@@ -53,13 +53,13 @@ def fresh(request):
 
 @pytest.fixture(scope="module")
 def exact_engine_env():
-    """Environment whose Python imports the exact engine variant first; skips (or, in CI, fails) without it."""
+    """Environment whose Python runs on the patched (batch-invariant) engine; skips (or, in CI, fails) without it."""
     import os
 
     from fucina.engine import exact_engine_ready, exact_env
 
     if not exact_engine_ready():
-        msg = "exact engine variant missing: run `python -m fucina.engine build-exact`"
+        msg = "patched engine missing: run `python -m fucina.engine build`"
         if os.environ.get("FUCINA_REQUIRE_EXACT") == "1":
             pytest.fail(msg)
         pytest.skip(msg)

@@ -1,6 +1,6 @@
 """Stop strings through fucina.LLM on the real models, at the *exact* level: speculative == plain, bitwise.
 
-Runs on the exact engine variant (``python -m fucina.engine build-exact``; the README's test command
+Runs on the patched engine (``python -m fucina.engine build``; the README's test command
 builds it), in a subprocess whose PYTHONPATH puts that build first.
 """
 

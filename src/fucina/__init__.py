@@ -10,9 +10,13 @@ The layers below it stay public for those who need them: :mod:`fucina.catalog` (
 :mod:`fucina.backends`, :mod:`fucina.sampling`, :mod:`fucina.speculative`, :mod:`fucina.chat`.
 """
 
-from fucina.api import LLM
-from fucina.errors import ContextLengthExceeded, FucinaError, InvalidOption
-from fucina.results import Completion, CompletionChunk, SpeculationReport, Timings, Usage
+from fucina.engine_selection import activate as _activate
+
+_activate()  # before anything imports llama_cpp: the patched engine when it is built (fucina.engine_selection)
+
+from fucina.api import LLM  # noqa: E402
+from fucina.errors import ContextLengthExceeded, FucinaError, InvalidOption  # noqa: E402
+from fucina.results import Completion, CompletionChunk, SpeculationReport, Timings, Usage  # noqa: E402
 
 __version__ = "0.1.0"
 

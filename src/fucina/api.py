@@ -62,6 +62,12 @@ class _Request:
     speculative: bool
 
 
+def _exact_by_default() -> bool:
+    from fucina.engine_selection import active_engine
+
+    return active_engine().batch_invariant_build
+
+
 class LLM:
     """A local GGUF model with lossless speculative decoding.
 
@@ -72,8 +78,10 @@ class LLM:
         speculative: the default of every call (each call may override it).
         n_ctx: context length in tokens.
         n_threads: CPU threads (default: every core this process may use).
-        exact: load in batch-invariant mode and cap drafts where the engine stays bitwise
-            (see ``fucina doctor``).
+        exact: load in batch-invariant mode (no CPU weight repacking) and cap drafts where the
+            engine stays bitwise (see ``fucina doctor``). Default (None): on when this process
+            runs the patched engine (``python -m fucina.engine build``), whose speculative output
+            is then bitwise plain decoding's; off on a stock engine.
         cost_table: a :class:`CostTable` or the path of one (``fucina spec-bench --out``); default:
             the table cached for this model and machine, measured once when missing.
         spec_options: low-level decoder options (:class:`fucina.speculative.core.SpecOptions`).
@@ -94,7 +102,7 @@ class LLM:
         speculative: bool = True,
         n_ctx: int = 4096,
         n_threads: int | None = None,
-        exact: bool = False,
+        exact: bool | None = None,
         cost_table: Union[CostTable, str, os.PathLike, None] = None,
         spec_options: Any = None,
         chat_template: str | None = None,
@@ -103,11 +111,14 @@ class LLM:
     ) -> None:
         if not isinstance(speculative, bool):
             raise InvalidOption(f"speculative must be a bool, got {speculative!r}", param="speculative")
-        if not isinstance(exact, bool):
-            raise InvalidOption(f"exact must be a bool, got {exact!r}", param="exact")
+        if exact is not None and not isinstance(exact, bool):
+            raise InvalidOption(f"exact must be a bool or None, got {exact!r}", param="exact")
         if chat_template is not None and not isinstance(chat_template, str):
             raise InvalidOption("chat_template must be a string or None", param="chat_template")
         self._progress = progress
+        if exact is None:
+            exact = False if hasattr(model, "forward_step") else _exact_by_default()
+        #: Batch-invariant load and draft cap (resolved: True/False).
         self.exact = exact
         self.speculative = speculative
         self.chat_template = chat_template

@@ -55,9 +55,12 @@ def machine_key(model) -> str:
 
 def _engine_id() -> str:
     try:
+        from fucina.engine_selection import active_engine
+
+        eng = active_engine()
         import llama_cpp
 
-        return f"{llama_cpp.__version__}@{Path(llama_cpp.__file__).parent}"
+        return f"{llama_cpp.__version__}@{eng.location}|{eng.variant}|{eng.patch_set}"
     except ImportError:  # pragma: no cover
         return "none"
 

@@ -21,10 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-EXACT_INSTALL = (
-    'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-deps --no-cache-dir '
-    "llama-cpp-python==0.3.36"
-)
+#: The one command that builds the patched, batch-invariant engine (fucina then uses it by default).
+EXACT_INSTALL = "python -m fucina.engine build"
 _PROMPT = "In the beginning the archive held only letters, maps and a few photographs of the harbour."
 
 
@@ -143,11 +141,16 @@ def engine_info() -> dict[str, str]:
     """Installed engine, build flags llama.cpp reports, CPU and threads."""
     import llama_cpp
 
+    from fucina.engine_selection import active_engine
     from fucina.backends.llama_cpp import default_threads, system_info
 
+    eng = active_engine()
     info = system_info()
     flags = {kv.split("=")[0].strip(): kv.split("=")[1].strip() for kv in info.replace("CPU :", "").split("|") if "=" in kv}
+    variant = {"patched": f"patched (batch-invariant, patch set {eng.patch_set})", "stock": "stock"}.get(
+        eng.variant, eng.variant)
     return {
+        "engine": variant,
         "llama-cpp-python": f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})",
         "llamafile sgemm": "on" if flags.get("LLAMAFILE") == "1" else "off",
         "cpu repack": "on" if flags.get("REPACK") == "1" else "off",
@@ -172,8 +175,8 @@ def advice(report: InvarianceReport, info: dict[str, str], exact_load: bool) -> 
             tips.append(f"(--exact caps drafts at {report.max_exact_rows - 1}: larger batches take another kernel path)")
         return tips
     tips = ["speculative output follows the target distribution; batched rounding can flip near-ties"]
-    if info.get("llamafile sgemm") == "on":
-        tips.append(f"to get exact: rebuild the engine without llamafile sgemm: {EXACT_INSTALL}")
-    if not exact_load:
-        tips.append("and load models with --exact (use_extra_bufts=False: no batch-size-dependent weight repacking)")
+    if not info.get("engine", "").startswith("patched"):
+        tips.append(f"to get exact: build the patched engine once (~10 min; fucina then uses it by default): {EXACT_INSTALL}")
+    elif not exact_load:
+        tips.append("load models with --exact (use_extra_bufts=False: no batch-size-dependent weight repacking)")
     return tips

@@ -105,3 +105,7 @@ class ContextLengthExceeded(InvalidArgument):
 
 class ConversationDesync(FucinaError):
     """The model's KV cache no longer matches the conversation (someone else used the model)."""
+
+
+class EngineUnavailable(FucinaError):
+    """The llama.cpp engine build that was asked for (``FUCINA_ENGINE``) is not there."""

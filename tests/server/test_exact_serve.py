@@ -1,7 +1,7 @@
 """``fucina serve`` end to end on the *exact* engine build: what the server speculates equals plain decoding.
 
 Runs the CLI in a subprocess whose PYTHONPATH puts the batch-invariant engine variant first (built by
-``python -m fucina.engine build-exact``; skipped when missing), with ``--exact`` so every verify is
+``python -m fucina.engine build``; skipped when missing), with ``--exact`` so every verify is
 bitwise. The reference is plain in-process decoding on the same engine build, in another subprocess.
 """
 

@@ -16,8 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
+from fucina.engine_selection import activate, active_engine, require_selected
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, ModelLoadError, NotRewindable
 
+activate()  # the patched (batch-invariant) engine when it is built, unless FUCINA_ENGINE says otherwise
 try:
     import llama_cpp as _ll
     from llama_cpp import _logger as _ll_logger
@@ -61,20 +63,23 @@ class LlamaOptions:
 
     ``use_extra_bufts=False`` and ``flash_attn=False`` are part of the batch-invariant (exact) mode:
     CPU weight repacking takes a different kernel for batches >= 4, so batched verify rows would
-    differ from single-step rows.
+    differ from single-step rows. ``use_extra_bufts=None`` (the default) means off on the patched
+    engine (:mod:`fucina.engine_selection`) and on for a stock one.
     """
 
     n_ctx: int = 4096
     #: Tokens per llama_decode call; None = min(512, n_ctx) (a batch never exceeds the context).
     n_batch: int | None = None
     n_threads: int | None = None
-    use_extra_bufts: bool = True
+    use_extra_bufts: bool | None = None
     flash_attn: bool = False
     #: Full-size sliding-window cache (Gemma 3): rewinds need the rows a pruned SWA cache drops.
     swa_full: bool = True
     verbose: bool = False
 
     def __post_init__(self) -> None:
+        if self.use_extra_bufts is None:
+            object.__setattr__(self, "use_extra_bufts", not active_engine().batch_invariant_build)
         if self.n_ctx < 16:
             raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch is None:
@@ -91,6 +96,7 @@ class LlamaVocab:
     def __init__(self, path: str | os.PathLike[str], *, vocab_only: bool = True, verbose: bool = False,
                  _model_params=None) -> None:
         self.path = Path(path)
+        require_selected()
         if not self.path.is_file():
             raise ModelLoadError(f"no GGUF file at {self.path}")
         _ensure_backend(verbose)

@@ -154,8 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", action="append", default=None, help="repeatable; default gemma3-270m and smollm2-135m")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--exact-load", action="store_true", help="use_extra_bufts=False")
-    ap.add_argument("--bufts", action="store_true", help="with --exact-load: re-enable use_extra_bufts (to show the check bites)")
+    ap.add_argument("--exact-load", action="store_true",
+                    help="use_extra_bufts=False (default: the engine's default load, which is that on the patched engine)")
+    ap.add_argument("--bufts", action="store_true", help="force use_extra_bufts=True (to show the check bites)")
     ap.add_argument("--modes", default="greedy,sampled")
     ap.add_argument("--sources", default="cascade", help="comma list of cascade,perfect,garbage,alternating,partial")
     where = ap.add_mutually_exclusive_group(required=True)
@@ -168,12 +169,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = prompt_file(a.prompt_file, a.prompts) if a.prompt_file else dev_prompts(a.prompts, Path(a.bench_dir))
     results = []
     for name in a.model or ["gemma3-270m", "smollm2-135m"]:
-        model = load_model(name, n_ctx=2048, use_extra_bufts=(not a.exact_load) or a.bufts)
-        res = compare(model, name, prompts, a.gen, a.exact_load, a.modes.split(","), a.sources.split(","))
+        bufts = True if a.bufts else (False if a.exact_load else None)
+        model = load_model(name, n_ctx=2048, use_extra_bufts=bufts)
+        exact_load = not model.options.use_extra_bufts
+        res = compare(model, name, prompts, a.gen, exact_load, a.modes.split(","), a.sources.split(","))
         model.close()
         results.append(res)
         if not a.json:
-            print(f"{name}: {res.identical}/{res.runs} identical (exact_load={a.exact_load}); "
+            print(f"{name}: {res.identical}/{res.runs} identical (exact_load={exact_load}); "
                   f"{res.verifies} verifies, acceptance {res.accepted}/{res.drafted}", file=sys.stderr)
             for d in res.divergences:
                 print(f"  {d.prompt_id} {d.mode} @{d.position}: plain {d.plain_token} spec {d.spec_token} "

@@ -34,6 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fucina`` with ``argv`` (default: the process arguments); returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "exact", False) is None:
+            # --exact/--no-exact not given: batch-invariant mode exactly when the patched engine runs.
+            from fucina.engine_selection import active_engine
+
+            args.exact = active_engine().batch_invariant_build
         return args.handler(args)
     except CliError as exc:
         print(str(exc), file=sys.stderr)

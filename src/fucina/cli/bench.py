@@ -42,8 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: all cores)")
     b.add_argument("--cost-table", metavar="FILE",
                    help="verify cost table for fucina (default: cached per model/machine, calibrated once)")
-    b.add_argument("--exact", action="store_true",
-                   help="batch-invariant load (use_extra_bufts off) with the draft cap `fucina doctor` measures")
+    b.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="batch-invariant load (use_extra_bufts off) with the draft cap `fucina doctor` measures "
+                        "(default: on when the patched engine is in use)")
     b.add_argument("--dry-run", action="store_true", help="validate the task file and print the plan; run nothing")
     b.add_argument("--render", metavar="RESULTS_JSON",
                    help="re-render results.md and speedup.png from a saved results.json into --out")

@@ -42,13 +42,14 @@ def positive_int(text: str) -> int:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """MODEL, --threads, --ctx, --exact."""
+    """MODEL, --threads, --ctx, --exact/--no-exact."""
     p.add_argument("model", nargs="?", default=None,
                    help="gemma3-270m (default), smollm2-135m, or a path to any GGUF file")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=positive_int, default=4096, help="context length (default 4096)")
-    p.add_argument("--exact", action="store_true",
-                   help="load in batch-invariant mode (use_extra_bufts off); see `fucina doctor`")
+    p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="batch-invariant load (no weight repacking; drafts capped where the engine stays "
+                        "bitwise). Default: on when the patched engine is in use; see `fucina doctor`")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, defaults: dict[str, float] = GENERATE_SAMPLING) -> None:
@@ -115,4 +116,5 @@ def load_model_from_args(args: argparse.Namespace):
     """The bare model (no cost table, no speculation) for commands that measure the engine itself."""
     from fucina.catalog import load_model
 
-    return load_model(args.model, n_ctx=args.ctx, n_threads=args.threads, use_extra_bufts=not args.exact)
+    return load_model(args.model, n_ctx=args.ctx, n_threads=args.threads,
+                      use_extra_bufts=None if args.exact is None else not args.exact)

@@ -1,0 +1,146 @@
+"""The engine patch set, the builds' manifests and the engine selection (no compiler, no model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fucina import engine_selection as be
+from fucina.engine import PATCHES, EnginePatchError, SourcePatch, apply_patches, patch_set_id
+from fucina.errors import EngineUnavailable
+
+
+def _tree(tmp_path: Path, patches=PATCHES) -> Path:
+    """A fake llama.cpp tree holding each patched file with the text the patches replace."""
+    for p in patches:
+        f = tmp_path / p.path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        old = f.read_text() if f.exists() else "// head\n"
+        f.write_text(old + p.before + "// between\n")
+    return tmp_path
+
+
+def test_every_patch_says_what_it_unifies_and_replaces_its_text(tmp_path):
+    tree = _tree(tmp_path)
+    lines = apply_patches(tree)
+    assert len(lines) == len(PATCHES) and all(p.unifies for p in PATCHES)
+    for p in PATCHES:
+        text = (tree / p.path).read_text()
+        assert p.before not in text and p.after in text
+    sgemm = (tree / "ggml/src/ggml-cpu/llamafile/sgemm.cpp").read_text()
+    assert "if (n < 2)\n        return false;" not in sgemm  # no single-row escape to vec_dot for every type
+    tiled = (tree / "ggml/src/ggml-cpu/tiled/tiled.cpp").read_text()
+    assert "rows >= 8" not in tiled and "return true;" in tiled
+
+
+def test_a_missing_or_repeated_text_fails_and_writes_nothing(tmp_path):
+    tree = _tree(tmp_path)
+    sgemm = tree / PATCHES[0].path
+    sgemm.write_text(sgemm.read_text().replace("if (n < 2)", "if (n < 3)"))
+    tiled_before = (tree / PATCHES[1].path).read_text()
+    with pytest.raises(EnginePatchError, match="occurs 0 times"):
+        apply_patches(tree)
+    assert (tree / PATCHES[1].path).read_text() == tiled_before  # checked before anything was written
+    tree2 = _tree(tmp_path / "twice")
+    apply_patches(tree2)
+    with pytest.raises(EnginePatchError, match="already patched"):
+        apply_patches(tree2)
+    with pytest.raises(EnginePatchError, match="not in the llama.cpp tree"):
+        apply_patches(tmp_path / "empty")
+
+
+def test_patch_set_id_is_stable_and_changes_with_any_patch():
+    assert patch_set_id() == patch_set_id() and len(patch_set_id()) == 12
+    changed = PATCHES[:-1] + (SourcePatch(PATCHES[-1].path, PATCHES[-1].before, PATCHES[-1].after + " ",
+                                          PATCHES[-1].unifies),)
+    assert patch_set_id(changed) != patch_set_id()
+
+
+def _fake_build(root: Path, variant: str, **extra) -> Path:
+    d = root / f"engine-{variant}-{be.ENGINE_VERSION}"
+    (d / "llama_cpp").mkdir(parents=True)
+    (d / "llama_cpp" / "__init__.py").write_text("")
+    (d / be.MANIFEST).write_text(json.dumps({"variant": variant, "version": be.ENGINE_VERSION,
+                                             "patch_set": patch_set_id(), **extra}))
+    return d
+
+
+def test_selection_follows_fucina_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUCINA_ENGINE_CACHE", str(tmp_path))
+    monkeypatch.setenv("FUCINA_ENGINE", "auto")
+    assert be.selected_dir() is None  # nothing built: the installed engine
+    monkeypatch.setenv("FUCINA_ENGINE", "patched")
+    with pytest.raises(EngineUnavailable, match="fucina.engine build") as e:
+        be.selected_dir()
+    assert e.value.param == "FUCINA_ENGINE"
+    d = _fake_build(tmp_path, "patched")
+    assert be.selected_dir() == d
+    monkeypatch.setenv("FUCINA_ENGINE", "auto")
+    assert be.selected_dir() == d
+    monkeypatch.setenv("FUCINA_ENGINE", "stock")
+    assert be.selected_dir() is None
+    monkeypatch.setenv("FUCINA_ENGINE", str(tmp_path / "nowhere"))
+    with pytest.raises(EngineUnavailable, match="no llama_cpp package"):
+        be.selected_dir()
+    other = _fake_build(tmp_path, "no-llamafile")
+    monkeypatch.setenv("FUCINA_ENGINE", str(other))
+    assert be.selected_dir() == other
+    assert be.env_for("no-llamafile")["FUCINA_ENGINE"] == str(other)
+    assert be.env_for("stock")["FUCINA_ENGINE"] == "stock"
+
+
+def test_a_half_written_build_is_not_an_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUCINA_ENGINE_CACHE", str(tmp_path))
+    d = _fake_build(tmp_path, "patched")
+    (d / be.MANIFEST).write_text("{not json")
+    assert be.read_manifest(d) is None
+    monkeypatch.setenv("FUCINA_ENGINE", "auto")
+    assert be.selected_dir() is None
+
+
+def test_engine_ready_wants_todays_patch_set(tmp_path, monkeypatch):
+    from fucina.engine import engine_ready
+
+    monkeypatch.setenv("FUCINA_ENGINE_CACHE", str(tmp_path))
+    assert not engine_ready("patched")
+    d = _fake_build(tmp_path, "patched")
+    assert engine_ready("patched")
+    data = json.loads((d / be.MANIFEST).read_text())
+    (d / be.MANIFEST).write_text(json.dumps({**data, "patch_set": "0" * 12}))
+    assert not engine_ready("patched")  # built from another patch set: stale
+
+
+def test_activation_happens_before_llama_cpp_is_imported(tmp_path):
+    """`import fucina` puts the selected engine first; a llama_cpp imported earlier is left alone."""
+    d = _fake_build(tmp_path, "patched")
+    (d / "llama_cpp" / "__init__.py").write_text("MARK = 'patched build'\n")
+    code = "import fucina, llama_cpp; print(llama_cpp.MARK)"
+    env = {**be.env_for("auto"), "FUCINA_ENGINE_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "patched build", r.stderr
+    code = "import llama_cpp; import fucina; print(getattr(llama_cpp, 'MARK', 'installed'))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "installed", r.stderr
+
+
+def test_engine_cli_errors_are_one_line_exit_2(tmp_path):
+    env = {**be.env_for("patched"), "FUCINA_ENGINE_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "fucina.engine", "status"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "fucina.engine build" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "fucina.engine", "path"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout.strip().endswith(f"engine-patched-{be.ENGINE_VERSION}")
+
+
+def test_a_selection_that_cannot_be_honoured_fails_at_load_with_a_named_error(tmp_path):
+    code = ("import fucina\nfrom fucina.backends.llama_cpp import LlamaVocab\n"
+            "try:\n    LlamaVocab('/no/such.gguf')\nexcept fucina.FucinaError as e:\n"
+            "    print(type(e).__name__, e.param)\n")
+    env = {**be.env_for("patched"), "FUCINA_ENGINE_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "EngineUnavailable FUCINA_ENGINE", r.stderr
