@@ -525,7 +525,8 @@ class LLM:
 
         sources = tuple(SourceReport(s.name, s.drafted, s.accepted) for s in decoder.source.stats().sources)
         return SpeculationReport(stats.steps, stats.verifies, stats.drafted, stats.accepted, stats.committed,
-                                 str(decoder.gate), sources, level_for(self._report, self._max_draft()))
+                                 str(decoder.gate), sources, level_for(self._report, self._max_draft()),
+                                 source_fault=stats.source_fault)
 
     def _close_active(self) -> None:
         active = self._active

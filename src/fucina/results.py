@@ -63,6 +63,8 @@ class SpeculationReport:
     gate: str
     sources: tuple[SourceReport, ...]
     level: str
+    #: Why the draft source was dropped mid-call (the call went on with plain steps), or None.
+    source_fault: str | None = None
 
     @property
     def tokens_per_step(self) -> float:

@@ -51,6 +51,9 @@ FIELDS = {
     "logit_bias": field(st.dictionaries(st.text(max_size=3), st.integers(-100, 100), max_size=2)),
     "tools": ANY, "tool_choice": ANY, "response_format": field(st.sampled_from([{"type": "text"}, {"type": "json"}])),
     "prediction": field(st.fixed_dictionaries({"type": st.just("content"), "content": st.text(max_size=20)})),
+    "fucina": field(st.fixed_dictionaries({}, optional={
+        "references": field(st.lists(field(st.text(max_size=10)), max_size=9)), "speculative": field(st.booleans()),
+        "stats": field(st.booleans()), "unknown": ANY})),
     "some_unknown_field": ANY,
 }
 VALID_MESSAGE = st.fixed_dictionaries({
@@ -71,7 +74,10 @@ VALID = st.fixed_dictionaries({
     "stop": st.one_of(st.text(min_size=1, max_size=3), st.lists(st.text(min_size=1, max_size=3), max_size=4)),
     "stream": st.booleans(), "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
     "n": st.just(1), "logprobs": st.just(False), "user": st.text(max_size=8),
-    "prediction": st.fixed_dictionaries({"type": st.just("content"), "content": st.text(max_size=20)}),
+    "prediction": st.fixed_dictionaries({"type": st.just("content"), "content": st.text(min_size=1, max_size=20)}),
+    "fucina": st.fixed_dictionaries({}, optional={
+        "references": st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=3),
+        "speculative": st.booleans(), "stats": st.booleans()}),
 })
 #: A valid body with one or two fields replaced by anything.
 MUTATED = st.builds(lambda body, changes: {**body, **changes}, VALID,

@@ -279,3 +279,62 @@ def test_options_validation():
         SpecOptions(topk=0)
     with pytest.raises(InvalidOption):
         SpecOptions(gate="fast")
+
+
+class FailingSource(ScriptedSource):
+    """A scripted source whose ``method`` raises on its ``after``-th call (a corrupt index, a bug)."""
+
+    def __init__(self, *args, method: str, after: int, exc: BaseException | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.method, self.after, self.exc = method, after, exc or RuntimeError("index corrupted")
+        self.calls = 0
+        self.wants_topk = method == "observe_topk"
+
+    def _tick(self, name: str) -> None:
+        if name == self.method:
+            self.calls += 1
+            if self.calls >= self.after:
+                raise self.exc
+
+    def suggest(self, context, budget):
+        self._tick("suggest")
+        return super().suggest(context, budget)
+
+    def observe(self, committed):
+        self._tick("observe")
+        super().observe(committed)
+
+    def observe_topk(self, inputs, topk):
+        self._tick("observe_topk")
+        super().observe_topk(inputs, topk)
+
+    def confidence(self) -> int:
+        self._tick("confidence")
+        return 8
+
+
+@pytest.mark.source_fault_expected
+@pytest.mark.parametrize("opts", [GREEDY, SAMPLED, PENALIZED], ids=["greedy", "sampled", "penalized"])
+@pytest.mark.parametrize("method", ["suggest", "observe", "observe_topk", "confidence"])
+def test_6_a_source_that_raises_mid_generation_is_dropped_and_the_stream_is_plain(opts, method):
+    prompt, plain, _ = plain_run(opts)
+    m = FakeModel(seed=0)
+    # observe is called once by feed(): let the fault come later, after some verifies succeeded.
+    src = FailingSource(prompt + plain, m.vocab_size, "perfect", seed=5, method=method, after=4)
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d.feed(m.tokenize("the cat sat on the mat. the cat sat on the "))
+    out = list(d.generate(96))
+    assert out == plain
+    assert d.stats.source_fault == "RuntimeError: index corrupted"
+    assert d.stats.verifies >= 1 and d.stats.plain_steps > 0  # it speculated, then went on plainly
+    calls = src.calls
+    assert calls == 4  # never consulted again after the fault
+
+
+def test_6b_interrupts_are_not_swallowed():
+    m = FakeModel(seed=0)
+    src = FailingSource([], m.vocab_size, "perfect", method="suggest", after=1, exc=KeyboardInterrupt())
+    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d.feed(prompt_of(m))
+    with pytest.raises(KeyboardInterrupt):
+        list(d.generate(8))

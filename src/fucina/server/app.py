@@ -235,9 +235,12 @@ class _Call:
     request: t.ChatCompletionRequest | t.CompletionRequest
     start: Callable[[], Iterator[Any]]
     seed: int
+    #: The prediction is the request's first reference document (``ref0``).
     prediction: bool
     created: int
     id: str
+    #: The request asked for per-source stats (``"fucina": {"stats": true}``).
+    stats: bool = False
 
 
 def _parse(endpoint: str, body: dict[str, Any], state: ServerState) -> _Call:
@@ -279,13 +282,24 @@ def _parse(endpoint: str, body: dict[str, Any], state: ServerState) -> _Call:
         stop=list(req.stop) if req.stop else None,
         stream=True,
     )
-    prediction = False
+    ext = req.fucina
+    speculative = llm.speculative
+    if ext is not None and ext.speculative is not None:
+        if ext.speculative and not llm.speculative:
+            raise APIError(400, "this server runs with speculation off (--no-spec)", param="fucina.speculative",
+                           code="invalid_value")
+        speculative = ext.speculative
+    options["speculative"] = speculative
+    refs = req.references
+    if len(refs) > t.MAX_REFERENCES:
+        raise APIError(400, f"a prediction and {len(refs) - 1} references make {len(refs)} documents; at most "
+                       f"{t.MAX_REFERENCES} per request", param="fucina.references", code="invalid_value")
+    # Predictions and references only feed drafts: without speculation they cannot change the answer.
+    prediction = bool(req.prediction) and speculative
+    if refs and speculative:
+        options["references"] = list(refs)
     if endpoint == CHAT:
         messages = [{"role": m.role, "content": m.content} for m in req.messages]
-        # A prediction only feeds drafts: on a plain-decoding server it cannot change the answer.
-        if req.prediction and llm.speculative:
-            options["references"] = [req.prediction]
-            prediction = True
 
         def run(**kw: Any) -> Iterator[Any]:
             return llm.chat(messages, **kw)
@@ -305,7 +319,8 @@ def _parse(endpoint: str, body: dict[str, Any], state: ServerState) -> _Call:
             return run(**{**options, "max_tokens": None})
 
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
-    return _Call(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12))
+    return _Call(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
+                 stats=bool(ext is not None and ext.stats))
 
 
 async def _handle(request: Request, state: ServerState, endpoint: str):
@@ -329,7 +344,7 @@ async def _handle(request: Request, state: ServerState, endpoint: str):
         first = await _next(job, watch)
         if first is None:
             raise APIError(CLIENT_CLOSED, "the client closed the connection")
-        _raise_for(first)
+        _raise_for(first, call)
     except APIError as exc:
         if job is not None:
             job.cancel()
@@ -392,18 +407,19 @@ async def _next(job: Job, watch: _Watch) -> tuple[str, Any] | None:
 def _error_for(event: tuple[str, Any]) -> APIError:
     kind, payload = event
     if kind == "error":
-        err = from_fucina(payload)
-        if err.param == "references":
-            err.param = "prediction"
-        return err
+        return from_fucina(payload)
     if kind == "fault":
         return engine_fault(str(payload))
     return APIError(503, "the server is shutting down", type="server_error", code="unavailable")
 
 
-def _raise_for(event: tuple[str, Any]) -> None:
+def _raise_for(event: tuple[str, Any], call: _Call) -> None:
     if event[0] != "started":
-        raise _error_for(event)
+        err = _error_for(event)
+        if err.param == "references":  # fucina.LLM's name for what this request sent as two fields
+            ext = call.request.fucina
+            err.param = "fucina.references" if ext is not None and ext.references else "prediction"
+        raise err
 
 
 class _Record:
@@ -442,8 +458,14 @@ class _Record:
     def info(self) -> t.FucinaInfo:
         last, state = self.last, self.state
         tm, s = last.timings, last.stats
-        spec = {} if s is None else dict(steps=s.steps, verifies=s.verifies, drafted=s.drafted, accepted=s.accepted,
-                                         committed=s.committed, acceptance=round(s.acceptance, 4))
+        spec: dict[str, Any] = {} if s is None else dict(
+            steps=s.steps, verifies=s.verifies, drafted=s.drafted, accepted=s.accepted, committed=s.committed,
+            acceptance=round(s.acceptance, 4))
+        if self.call.stats and s is not None:
+            spec.update(gate=s.gate, sources=[t.SourceStats(name=r.name, drafted=r.drafted, accepted=r.accepted)
+                                              for r in s.sources])
+        if s is not None and s.source_fault is not None:
+            spec.update(source_fault=s.source_fault)
         return t.FucinaInfo(seed=self.call.seed, level=state.level, speculative=s is not None,
                             queue_seconds=round(self.job.queue_seconds, 6), prompt_seconds=round(tm.prompt_seconds, 6),
                             first_token_seconds=round(tm.first_token_seconds, 6),

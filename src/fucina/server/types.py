@@ -11,9 +11,19 @@ the extensions ``top_k`` and ``min_p`` are off (0), ``repeat_penalty`` is 1 (off
 a positive temperature must be at least :data:`MIN_TEMPERATURE`. Without ``max_tokens`` (or
 ``max_completion_tokens``) a chat answer runs to an end token or the end of the context (or to the
 server's ``--max-tokens-limit``), a completion gets OpenAI's 16 tokens. ``model`` may be omitted.
-``prediction`` (OpenAI's Predicted Outputs) becomes a reference document speculation drafts from: it
-can make an answer faster, never different; its drafted tokens are reported as
-``accepted_prediction_tokens`` / ``rejected_prediction_tokens``.
+``prediction`` (OpenAI's Predicted Outputs, on both endpoints) becomes a reference document speculation
+drafts from: it can make an answer faster, never different. ``accepted_prediction_tokens`` counts the
+drafted tokens taken from the prediction that verification accepted, ``rejected_prediction_tokens`` the
+ones it rejected (both 0 when no draft came from it, and on a server with speculation off).
+
+fucina's own request extension (the ``openai`` client sends it with ``extra_body``)::
+
+    {"fucina": {"references": ["...", ...], "speculative": true, "stats": true}}
+
+``references``: up to :data:`MAX_REFERENCES` documents (with a prediction, one fewer) to draft from in
+this request, each a non-empty string or list of text parts of at most :data:`MAX_TEXT` characters;
+``speculative``: this request's switch (a server started with ``--no-spec`` refuses ``true``);
+``stats``: add the per-source acceptance and the gate state to the response's ``fucina`` block.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ MAX_STOP_CHARS = 512
 MAX_INT = 2**31 - 1
 MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 1 << 20
+#: Reference documents per request, the prediction included (fucina.LLM's limit).
+MAX_REFERENCES = 8
 #: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
 MIN_TEMPERATURE = 1e-6
 
@@ -129,6 +141,45 @@ def _check_unsupported(name: str, value: Any) -> Any:
     raise unsupported(name)
 
 
+def _prediction_text(v: Any) -> Optional[str]:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("type") != "content" or "content" not in v:
+        raise PydanticCustomError("prediction", "prediction must be {{'type': 'content', 'content': ...}}", {})
+    text = _text_parts(v["content"], "prediction.content")
+    if not text:
+        raise PydanticCustomError("empty", "prediction.content is empty", {})
+    return text
+
+
+class FucinaOptions(_Body):
+    """The ``fucina`` request extension (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    references: Optional[tuple[str, ...]] = None
+    speculative: Optional[bool] = None
+    stats: bool = False
+
+    @field_validator("references", mode="before")
+    @classmethod
+    def _references(cls, v: Any) -> Optional[tuple[str, ...]]:
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise PydanticCustomError("references_type", "references must be a list of documents", {})
+        if not 1 <= len(v) <= MAX_REFERENCES:
+            raise PydanticCustomError("references_count", "references holds 1 to {n} documents, got {k}",
+                                      {"n": MAX_REFERENCES, "k": len(v)})
+        docs = []
+        for i, doc in enumerate(v):
+            text = _text_parts(doc, f"references[{i}]")
+            if not text:
+                raise PydanticCustomError("empty", "references[{i}] is empty", {"i": i})
+            docs.append(text)
+        return tuple(docs)
+
+
 class _Sampling(_Body):
     """Fields both endpoints share."""
 
@@ -148,6 +199,9 @@ class _Sampling(_Body):
     min_p: Optional[float] = Field(None, ge=0.0, lt=1.0)
     repeat_penalty: Optional[float] = Field(None, gt=0.0, le=10.0)
     penalty_last_n: Optional[int] = Field(None, ge=-1, le=MAX_INT)
+    #: OpenAI's Predicted Outputs: text the answer is expected to repeat; fucina drafts from it.
+    prediction: Any = None
+    fucina: Optional[FucinaOptions] = None
     # Declared only to be refused unless neutral.
     n: Any = None
     logprobs: Any = None
@@ -182,6 +236,17 @@ class _Sampling(_Body):
     def _refuse(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
 
+    @field_validator("prediction", mode="before")
+    @classmethod
+    def _prediction(cls, v: Any) -> Optional[str]:
+        return _prediction_text(v)
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The prediction (first, when there is one) and the ``fucina.references``."""
+        extra = self.fucina.references if self.fucina is not None and self.fucina.references else ()
+        return ((self.prediction,) if self.prediction else ()) + tuple(extra)
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options is not None and self.stream_options.include_usage)
@@ -192,8 +257,6 @@ class ChatCompletionRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
-    #: OpenAI's Predicted Outputs: text the answer is expected to repeat; fucina drafts from it.
-    prediction: Any = None
     top_logprobs: Any = None
     tools: Any = None
     tool_choice: Any = None
@@ -208,16 +271,6 @@ class ChatCompletionRequest(_Sampling):
     @classmethod
     def _refuse_chat(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
-
-    @field_validator("prediction", mode="before")
-    @classmethod
-    def _prediction(cls, v: Any) -> Optional[str]:
-        if v is None:
-            return None
-        if not isinstance(v, dict) or v.get("type") != "content" or "content" not in v:
-            raise PydanticCustomError("prediction", "prediction must be {{'type': 'content', 'content': ...}}", {})
-        return _text_parts(v["content"], "prediction.content") or None
-
 
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``."""
@@ -276,8 +329,19 @@ class UsageBody(_Out):
     completion_tokens_details: CompletionTokensDetails
 
 
+class SourceStats(_Out):
+    """One draft source's tokens in this request (``conversation``, ``ref0``.., ``recycling``)."""
+
+    name: str
+    drafted: int
+    accepted: int
+
+
 class FucinaInfo(_Out):
-    """fucina's extension block: the seed used and what speculation did (see fucina.results)."""
+    """fucina's extension block: the seed used and what speculation did (see fucina.results).
+
+    ``sources`` and ``gate`` are there when the request asked for ``"fucina": {"stats": true}``.
+    """
 
     seed: int
     level: str
@@ -293,6 +357,10 @@ class FucinaInfo(_Out):
     first_token_seconds: float = 0.0
     generate_seconds: float = 0.0
     tokens_per_second: float = 0.0
+    sources: Optional[list[SourceStats]] = None
+    gate: Optional[str] = None
+    #: Set when the draft source failed mid-request and the answer went on with plain steps.
+    source_fault: Optional[str] = None
 
 
 class AssistantMessage(_Out):

@@ -15,6 +15,9 @@ Proof obligations, each with a test in tests/speculative/test_core.py:
     is sampled; rejected drafts never touch it.
  4. The KV cache never keeps an unverified row, also when the forward or the sampler raises.
  5. The gate decides when to speculate, never what is committed.
+ 6. Drafts are advice: a source that raises while generating (a corrupt index, a bug) is dropped
+    for the rest of this decoder's life and decoding goes on with plain steps; what was committed
+    stays committed, and nothing the source did can change a later token.
 
 Token ids are compared, never probabilities; temperature <= 0 is the same path (argmax).
 This module imports no backend: the model is anything with the :class:`fucina.model_protocol.Model` shape.
@@ -22,8 +25,9 @@ This module imports no backend: the model is anything with the :class:`fucina.mo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -34,6 +38,8 @@ from fucina.speculative.costs import CostTable
 from fucina.speculative.gate import GateOptions, LaneGate
 from fucina.speculative.source import DraftSource
 from fucina.speculative.topk import topk_rows
+
+log = logging.getLogger(__name__)
 
 #: Called with (row, position, history) for every row the sampler consumes; for replay tests.
 RowHook = Callable[[np.ndarray, int, Sequence[int]], None]
@@ -64,6 +70,8 @@ class SpecStats:
     drafted: int = 0
     accepted: int = 0
     committed: int = 0
+    #: The error that dropped the draft source mid-generation (obligation 6), or None.
+    source_fault: str | None = None
 
     @property
     def tokens_per_step(self) -> float:
@@ -150,14 +158,14 @@ class SpeculativeDecoder(CommittedStream):
             row, self._pending = self._pending, None
             return self._commit_plain(row, self.history[-1], forward=False, seconds=None)
         gate = self.gate
-        conf = self._confidence() if self._confidence is not None else None
-        speculate = gate.should_speculate(conf) or not self.options.gate_enabled
+        conf = self._advise(self._confidence) if self._confidence is not None else None
+        speculate = self.stats.source_fault is None and (gate.should_speculate(conf) or not self.options.gate_enabled)
         # 1. Draft. k drafts + 1 bonus must fit the token budget and the context.
         draft: Sequence[int] = ()
         room = min(left - 1, self.model.context_length - self.model.kv_len - 1)
         if speculate and room >= gate.options.min_draft:
             budget = min(gate.budget(conf), room)
-            draft = list(self.source.suggest(self.history, budget))[:budget]
+            draft = self._advise(lambda: [int(t) for t in self.source.suggest(self.history, budget)][:budget]) or ()
         if len(draft) < gate.options.min_draft:
             # Fallback: a plain step (it never enters the gate's window).
             t0 = self.clock() if self.clock else None
@@ -166,10 +174,22 @@ class SpeculativeDecoder(CommittedStream):
             return self._commit_plain(row, self._carried, forward=True, seconds=seconds)
         return self._verify([int(t) for t in draft], left, stops, conf)
 
+    def _advise(self, call: Callable[[], Any]) -> Any:
+        """Run one call into the draft source; None, and the source dropped, if it raises (obligation 6)."""
+        if self.stats.source_fault is not None:
+            return None
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - any source failure is contained; BaseException is not
+            self.stats.source_fault = f"{type(exc).__name__}: {exc}"
+            log.warning("draft source failed and is dropped for this generation (output unaffected): %s",
+                        self.stats.source_fault)
+            return None
+
     def _commit_plain(self, row: np.ndarray, input_token: int, forward: bool, seconds: float | None) -> list[int]:
         t = self._sample(row)
         if self.source.wants_topk:
-            self.source.observe_topk([input_token], topk_rows(row[None, :], self.options.topk))
+            self._advise(lambda: self.source.observe_topk([input_token], topk_rows(row[None, :], self.options.topk)))
         self.history.append(t)
         self._carried = t
         self.stats.steps += 1
@@ -177,7 +197,7 @@ class SpeculativeDecoder(CommittedStream):
         self.stats.committed += 1
         if forward:
             self.gate.record_plain(seconds)
-        self.source.observe([t])
+        self._advise(lambda: self.source.observe([t]))
         return [t]
 
     def _verify(self, draft: list[int], left: int, stops: frozenset[int], conf: int | None) -> list[int]:
@@ -199,8 +219,9 @@ class SpeculativeDecoder(CommittedStream):
                     break  # correction, bonus, stop or budget: no later row is sampled
             # Rows 0..j had committed inputs ([carried, *accepted]); recycling learns from those only.
             if self.source.wants_topk:
-                self.source.observe_topk([self._carried, *draft][: len(committed)],
-                                         topk_rows(rows[: len(committed)], self.options.topk))
+                n = len(committed)
+                self._advise(lambda: self.source.observe_topk([self._carried, *draft][:n],
+                                                              topk_rows(rows[:n], self.options.topk)))
         except BaseException:
             # 4. No unverified row survives: drop the whole verify, history back to the step start.
             model.truncate(base)
@@ -216,7 +237,7 @@ class SpeculativeDecoder(CommittedStream):
         s.accepted += sum(1 for c, d in zip(committed, draft) if c == d)  # a prefix: we broke at the mismatch
         s.committed += len(committed)
         self.gate.record_verify(len(draft), len(committed), seconds, conf)
-        self.source.observe(committed)
+        self._advise(lambda: self.source.observe(committed))
         return committed
 
     def _sample(self, row: np.ndarray) -> int:

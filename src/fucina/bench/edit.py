@@ -1,0 +1,210 @@
+"""Predicted Outputs end to end: an "apply this edit" workload through ``fucina serve`` (BENCHMARKS.md).
+
+``python -m fucina.bench.edit [--model M] [--tasks N] [--repeats R] [--gen N] [--out DIR]``
+
+Each task is a 60-200-line function of Python's standard library (read with :mod:`inspect`, so every
+machine has the same ones) and an instruction to rename one of its parameters; the original source is
+sent as OpenAI's ``prediction``. Three servers of the same model, each seeing every prompt once (a
+per-repeat header keeps the prefix cache from serving one method's prefill to another):
+
+* ``prediction``: speculative, with the prediction;
+* ``none``: speculative, no prediction (drafts from the prompt and the answer only);
+* ``plain``: ``fucina serve --no-spec``.
+
+Greedy. Gemma 3 (a base model) gets a completion prompt, an instruct model the chat endpoint.
+Reported per method: decode tok/s over plain's (medians over repeats, then over tasks), TTFT (the
+server's ``first_token_seconds``), accepted prediction tokens, and whether every answer equals the
+plain server's token for token (on the patched engine it must: the level is *exact*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+#: (module, qualified name, parameter to rename): stdlib functions of 60-200 lines in CPython 3.11.
+CANDIDATES = (
+    ("textwrap", "TextWrapper._wrap_chunks", "chunks"),
+    ("shlex", "shlex.read_token", "self"),
+    ("difflib", "SequenceMatcher.find_longest_match", "alo"),
+    ("difflib", "unified_diff", "fromfile"),
+    ("json.decoder", "JSONObject", "s_and_end"),
+    ("argparse", "HelpFormatter._format_usage", "usage"),
+    ("calendar", "TextCalendar.formatyear", "theyear"),
+    ("fractions", "Fraction.__new__", "numerator"),
+    ("string", "Formatter._vformat", "format_string"),
+    ("shutil", "copytree", "src"),
+)
+METHODS = ("prediction", "none", "plain")
+
+
+def load_tasks(n: int) -> list[dict]:
+    """The first ``n`` candidates whose source is 60-200 lines (skipping any this Python lacks)."""
+    tasks = []
+    for mod, qual, param in CANDIDATES:
+        try:
+            obj = importlib.import_module(mod)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+            src = inspect.getsource(obj)
+        except (ImportError, AttributeError, OSError, TypeError):
+            continue
+        lines = inspect.cleandoc(src).count("\n") + 1
+        if 60 <= lines <= 200 and param in src:
+            src = inspect.cleandoc(src) + "\n"
+            tasks.append({"id": f"{mod}.{qual}", "source": src, "param": param, "lines": lines})
+        if len(tasks) == n:
+            break
+    return tasks
+
+
+def _instruction(task: dict) -> str:
+    return f"Rename the parameter `{task['param']}` to `{task['param']}_arg` everywhere in this function."
+
+
+def completion_prompt(task: dict, repeat: int) -> str:
+    return (f"# Edit request {repeat}. {_instruction(task)}\n# Original:\n```python\n{task['source']}```\n"
+            f"# Edited (the whole function, nothing else changed):\n```python\n")
+
+
+def chat_messages(task: dict, repeat: int) -> list[dict]:
+    return [{"role": "system", "content": "You are a code editor. Reply with the whole edited function in one "
+                                          "Python code block and nothing else."},
+            {"role": "user", "content": f"Edit request {repeat}.\n\n```python\n{task['source']}```\n\n"
+                                        f"{_instruction(task)}"}]
+
+
+def _request(client, server, task: dict, repeat: int, method: str, chat: bool, gen: int) -> dict:
+    body: dict = {"model": server.model_id, "max_tokens": gen, "temperature": 0, "seed": 0}
+    if method == "prediction":
+        body["prediction"] = {"type": "content", "content": task["source"]}
+    if chat:
+        body["messages"] = chat_messages(task, repeat)
+        path = "/v1/chat/completions"
+    else:
+        body["prompt"] = completion_prompt(task, repeat)
+        path = "/v1/completions"
+    r = client.post(server.url + path, json=body, timeout=600)
+    r.raise_for_status()
+    out = r.json()
+    info, usage = out["fucina"], out["usage"]
+    choice = out["choices"][0]
+    return {"task": task["id"], "repeat": repeat, "method": method,
+            "text": choice["message"]["content"] if chat else choice["text"],
+            "tokens": usage["completion_tokens"], "cached": usage["prompt_tokens_details"]["cached_tokens"],
+            "accepted_prediction": usage["completion_tokens_details"]["accepted_prediction_tokens"],
+            "rejected_prediction": usage["completion_tokens_details"]["rejected_prediction_tokens"],
+            "ttft": info["first_token_seconds"], "decode_tps": info["tokens_per_second"],
+            "level": info["level"]}
+
+
+def summarize(samples: Sequence[dict]) -> dict:
+    """Per method: speedup of decode tok/s over plain's (median over repeats, then tasks), TTFT, identity."""
+    by = {(s["task"], s["repeat"], s["method"]): s for s in samples}
+    tasks = sorted({s["task"] for s in samples})
+    repeats = sorted({s["repeat"] for s in samples})
+    out: dict = {}
+    for m in METHODS:
+        per_task, ttft, same, runs, acc = [], [], 0, 0, []
+        for t in tasks:
+            ratios = []
+            for r in repeats:
+                s, p = by.get((t, r, m)), by.get((t, r, "plain"))
+                if s is None or p is None:
+                    continue
+                runs += 1
+                same += s["text"] == p["text"]
+                ttft.append(s["ttft"])
+                acc.append(s["accepted_prediction"])
+                if p["decode_tps"] > 0:
+                    ratios.append(s["decode_tps"] / p["decode_tps"])
+            if ratios:
+                per_task.append(statistics.median(ratios))
+        out[m] = {"speedup": statistics.median(per_task) if per_task else float("nan"),
+                  "worst_task": min(per_task) if per_task else float("nan"),
+                  "ttft_median": statistics.median(ttft) if ttft else float("nan"),
+                  "identical": same, "runs": runs,
+                  "accepted_prediction_median": statistics.median(acc) if acc else 0}
+    return out
+
+
+def render(summary: dict, meta: dict) -> str:
+    lines = [f"**{meta['model']}** ({meta['endpoint']}, {meta['tasks']} tasks x {meta['repeats']} repeats, "
+             f"{meta['gen']} tokens, greedy, level {meta['level']}; {meta['date']}, {meta['machine']})", "",
+             "| method | decode speedup vs plain | worst task | TTFT (median) | identical to plain | "
+             "accepted prediction tokens (median) |", "|---|---:|---:|---:|---:|---:|"]
+    for m in METHODS:
+        s = summary[m]
+        lines.append(f"| {m} | {s['speedup']:.2f}x | {s['worst_task']:.2f}x | {1000 * s['ttft_median']:.0f} ms | "
+                     f"{s['identical']}/{s['runs']} | {s['accepted_prediction_median']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fucina.bench.edit", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--endpoint", choices=("auto", "chat", "completions"), default="auto",
+                    help="auto: completions for gemma3-270m (a base model), chat otherwise")
+    ap.add_argument("--tasks", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--gen", type=int, default=192)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default=None, help="directory for samples.json, summary.md and server logs")
+    a = ap.parse_args(argv)
+    if a.tasks < 1 or a.repeats < 1 or a.gen < 1:
+        ap.error("--tasks, --repeats and --gen must be >= 1")
+    import httpx
+
+    from fucina.backends.llama_cpp import default_threads
+    from fucina.bench.http import Server
+    from fucina.calibrate import cpu_name
+    from fucina.catalog import resolve_model
+
+    tasks = load_tasks(a.tasks)
+    chat = a.endpoint == "chat" or (a.endpoint == "auto" and a.model != "gemma3-270m")
+    threads = a.threads or default_threads()
+    out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="fucina-edit-"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = resolve_model(a.model)
+    servers = {}
+    try:
+        for m in METHODS:
+            (out / m).mkdir(exist_ok=True)
+            servers[m] = Server("fucina-plain" if m == "plain" else "fucina", a.model, path, a.ctx, threads, None,
+                                out / m)
+        for s in servers.values():
+            s.wait_ready(httpx)
+        samples = []
+        with httpx.Client() as client:
+            for r in range(a.repeats):
+                for i, task in enumerate(tasks):
+                    order = METHODS[(r + i) % 3:] + METHODS[:(r + i) % 3]  # rotate who goes first
+                    for m in order:
+                        samples.append(_request(client, servers[m], task, r, m, chat, a.gen))
+                print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
+    finally:
+        for s in servers.values():
+            s.stop()
+    summary = summarize(samples)
+    meta = {"model": a.model, "endpoint": "chat" if chat else "completions", "tasks": len(tasks),
+            "repeats": a.repeats, "gen": a.gen, "level": samples[0]["level"] if samples else "?",
+            "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {threads} threads",
+            "task_ids": [t["id"] for t in tasks]}
+    (out / "samples.json").write_text(json.dumps({"meta": meta, "samples": samples}, indent=1))
+    text = render(summary, meta)
+    (out / "summary.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

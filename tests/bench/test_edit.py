@@ -1,0 +1,35 @@
+"""The edit workload's tasks and report (no server, no model)."""
+
+from __future__ import annotations
+
+from fucina.bench.edit import METHODS, chat_messages, completion_prompt, load_tasks, render, summarize
+
+
+def test_tasks_are_60_to_200_line_stdlib_functions_with_the_parameter_to_rename():
+    tasks = load_tasks(6)
+    assert len(tasks) == 6 and len({t["id"] for t in tasks}) == 6
+    for t in tasks:
+        assert 60 <= t["lines"] <= 200 and t["param"] in t["source"]
+        assert t["source"] in completion_prompt(t, 1) and t["source"] in chat_messages(t, 1)[-1]["content"]
+    assert completion_prompt(tasks[0], 0) != completion_prompt(tasks[0], 1)  # per-repeat header: no shared prefix
+
+
+def _sample(task, repeat, method, tps, text="same"):
+    return {"task": task, "repeat": repeat, "method": method, "text": text, "tokens": 10, "cached": 0,
+            "accepted_prediction": 7 if method == "prediction" else 0, "rejected_prediction": 0,
+            "ttft": 0.5, "decode_tps": tps, "level": "exact"}
+
+
+def test_summary_is_the_median_over_repeats_then_tasks_and_counts_identity():
+    samples = []
+    for task, pred in (("a", (20.0, 30.0, 40.0)), ("b", (10.0, 10.0, 10.0))):
+        for r, tps in enumerate(pred):
+            samples += [_sample(task, r, "prediction", tps), _sample(task, r, "plain", 10.0),
+                        _sample(task, r, "none", 10.0, text="same" if r else "other")]
+    s = summarize(samples)
+    assert s["prediction"]["speedup"] == 2.0 and s["prediction"]["worst_task"] == 1.0  # median(3.0, 1.0)
+    assert s["plain"]["speedup"] == 1.0 and s["plain"]["identical"] == 6
+    assert s["none"]["identical"] == 4 and s["none"]["runs"] == 6  # repeat 0 differs on both tasks
+    text = render(s, {"model": "m", "endpoint": "chat", "tasks": 2, "repeats": 3, "gen": 10, "level": "exact",
+                      "date": "d", "machine": "x"})
+    assert "| prediction | 2.00x | 1.00x | 500 ms | 6/6 | 7 |" in text and all(m in text for m in METHODS)
