@@ -24,14 +24,11 @@ fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fuc
   --out "$OUT/suite-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs gate vs the decoder's Python).
 python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
-# The exact engine variant (python -m fucina.engine build-exact): cost of exactness, side by side.
-EXACT_ENV=$(python -c "from fucina.engine import exact_env; print(exact_env()['PYTHONPATH'])")
-for m in gemma3-270m smollm2-135m; do
-  PYTHONPATH="$EXACT_ENV" python -m fucina.cli spec-bench "$m" --exact --repeats 5 --out "$OUT/cost-exact-$m.json" > "$OUT/cost-exact-$m.txt"
-done
-PYTHONPATH="$EXACT_ENV" python -m fucina.cli bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --exact \
-  --methods plain,fucina,oracle --per-group 1 --repeats 3 --out "$OUT/suite-gemma3-exact"
-python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1   # divergence audit, standard build (not timed)
+# The cost of exactness: stock vs GGML_LLAMAFILE=OFF vs the patched engine, side by side.
+OUT="$OUT" TASKS="$OUT/tasks.jsonl" bash scripts/bench_engines.sh
+# Exactness audits (not timed): the stock engine's divergence rate, and the patched engine's 100%.
+FUCINA_ENGINE=stock python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1
+FUCINA_ENGINE=patched python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-patched.txt" 2>&1
 # Through HTTP: fucina serve vs llama-cpp-python's server and llama.cpp's llama-server (built from the vendored sources).
 LS=$(bash scripts/build_llama_server.sh)
 python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
