@@ -76,10 +76,10 @@ def completion_prompt(task: dict, repeat: int) -> str:
 
 
 def chat_messages(task: dict, repeat: int) -> list[dict]:
-    return [{"role": "system", "content": "You are a code editor. Reply with the whole edited function in one "
-                                          "Python code block and nothing else."},
-            {"role": "user", "content": f"Edit request {repeat}.\n\n```python\n{task['source']}```\n\n"
-                                        f"{_instruction(task)}"}]
+    # The phrasing SmolLM2-135M-Instruct answers with code (others made it describe the function).
+    return [{"role": "user", "content": f"Edit request {repeat}. Here is a function:\n```python\n{task['source']}```\n"
+                                        f"Write it again, but rename the argument `{task['param']}` to "
+                                        f"`{task['param']}_arg`. Start your answer with ```python"}]
 
 
 def _request(client, server, task: dict, repeat: int, method: str, chat: bool, gen: int) -> dict:
