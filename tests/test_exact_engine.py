@@ -7,14 +7,11 @@ Runs in subprocesses on the patched, batch-invariant engine (``FUCINA_ENGINE=pat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from fucina.engine import exact_engine_ready, exact_env
 
 pytestmark = pytest.mark.real_model
 
@@ -23,13 +20,9 @@ PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 
 
 @pytest.fixture(scope="module")
-def env():
-    if not exact_engine_ready():
-        msg = "patched engine missing: run `python -m fucina.engine build`"
-        if os.environ.get("FUCINA_REQUIRE_EXACT") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return exact_env()
+def env(exact_engine_env):
+    """The patched engine's environment (conftest's fixture skips, or under CI fails, without it)."""
+    return exact_engine_env
 
 
 def _exactness(env, *args: str) -> list[dict]:

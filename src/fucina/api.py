@@ -62,12 +62,6 @@ class _Request:
     speculative: bool
 
 
-def _exact_by_default() -> bool:
-    from fucina.engine_selection import active_engine
-
-    return active_engine().batch_invariant_build
-
-
 class LLM:
     """A local GGUF model with lossless speculative decoding.
 
@@ -117,7 +111,9 @@ class LLM:
             raise InvalidOption("chat_template must be a string or None", param="chat_template")
         self._progress = progress
         if exact is None:
-            exact = False if hasattr(model, "forward_step") else _exact_by_default()
+            from fucina.engine_selection import exact_by_default
+
+            exact = False if hasattr(model, "forward_step") else exact_by_default()
         #: Batch-invariant load and draft cap (resolved: True/False).
         self.exact = exact
         self.speculative = speculative

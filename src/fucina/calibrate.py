@@ -69,21 +69,21 @@ def cached_table_path(model) -> Path:
     return cache_dir() / "cost-tables" / f"{machine_key(model)}.json"
 
 
-def measure_cost_table(
+def time_forwards(
     model,
-    ns: Sequence[int] = FULL_NS,
-    repeats: int = 3,
+    ns: Sequence[int],
+    repeats: int,
     prompt: Sequence[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> CostTable:
-    """Time forwards of n tokens after a prompt; returns cost(n) relative to n=1. Leaves the cache empty."""
+) -> dict[int, list[float]]:
+    """Seconds of ``repeats`` forwards of n tokens after a prompt, for each n. Leaves the cache empty."""
     clock = time.perf_counter
     prompt = list(prompt) if prompt is not None else model.tokenize(_PROMPT)
     model.reset()
     model.forward_step(prompt)
     base = model.kv_len
     filler = [int(t) for t in prompt[1:]] * (1 + max(ns) // max(1, len(prompt) - 1))
-    best: dict[int, float] = {}
+    times: dict[int, list[float]] = {n: [] for n in ns}
     order = [n for _ in range(repeats) for n in ns]  # interleaved, so drift hits every n alike
     for i, n in enumerate(order):
         toks = filler[:n]
@@ -92,12 +92,23 @@ def measure_cost_table(
             model.forward_step(toks)
         else:
             model.forward_step_all_logits(toks)
-        dt = clock() - t0
+        times[n].append(clock() - t0)
         model.truncate(base)
-        best[n] = min(best.get(n, dt), dt)
         if progress:
             progress(i + 1, len(order))
     model.reset()
+    return times
+
+
+def measure_cost_table(
+    model,
+    ns: Sequence[int] = FULL_NS,
+    repeats: int = 3,
+    prompt: Sequence[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CostTable:
+    """Time forwards of n tokens after a prompt; returns cost(n) relative to n=1 (best of ``repeats``)."""
+    best = {n: min(v) for n, v in time_forwards(model, ns, repeats, prompt, progress).items()}
     one = best[1] if 1 in best else min(best.values())
     source = (
         f"measured {time.strftime('%Y-%m-%d')} on {cpu_name()} ({getattr(model, 'n_threads', '?')} threads), "

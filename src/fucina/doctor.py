@@ -144,13 +144,10 @@ def engine_info() -> dict[str, str]:
     from fucina.engine_selection import active_engine
     from fucina.backends.llama_cpp import default_threads, system_info
 
-    eng = active_engine()
     info = system_info()
     flags = {kv.split("=")[0].strip(): kv.split("=")[1].strip() for kv in info.replace("CPU :", "").split("|") if "=" in kv}
-    variant = {"patched": f"patched (batch-invariant, patch set {eng.patch_set})", "stock": "stock"}.get(
-        eng.variant, eng.variant)
     return {
-        "engine": variant,
+        "engine": active_engine().describe(),
         "llama-cpp-python": f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})",
         "llamafile sgemm": "on" if flags.get("LLAMAFILE") == "1" else "off",
         "cpu repack": "on" if flags.get("REPACK") == "1" else "off",

@@ -70,6 +70,10 @@ class ActiveEngine:
         """True for the patched build: its kernels are chosen by weight type, never by batch size."""
         return self.variant == "patched"
 
+    def describe(self) -> str:
+        """``patched (batch-invariant, patch set <id>)``, ``stock`` or the custom build's variant."""
+        return f"patched (batch-invariant, patch set {self.patch_set})" if self.batch_invariant_build else self.variant
+
 
 def _choice() -> str:
     return os.environ.get("FUCINA_ENGINE", "auto").strip() or "auto"
@@ -132,6 +136,11 @@ def active_engine() -> ActiveEngine:
     if manifest is None:
         return ActiveEngine("stock", location)
     return ActiveEngine(str(manifest.get("variant", "custom")), location, str(manifest.get("patch_set", "")))
+
+
+def exact_by_default() -> bool:
+    """The default of every ``exact`` switch (API, CLI, load options): on exactly on the patched engine."""
+    return active_engine().batch_invariant_build
 
 
 def env_for(variant: str, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fucina.engine_selection import activate, active_engine, require_selected
+from fucina.engine_selection import activate, exact_by_default, require_selected
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, ModelLoadError, NotRewindable
 
 activate()  # the patched (batch-invariant) engine when it is built, unless FUCINA_ENGINE says otherwise
@@ -79,7 +79,7 @@ class LlamaOptions:
 
     def __post_init__(self) -> None:
         if self.use_extra_bufts is None:
-            object.__setattr__(self, "use_extra_bufts", not active_engine().batch_invariant_build)
+            object.__setattr__(self, "use_extra_bufts", not exact_by_default())
         if self.n_ctx < 16:
             raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch is None:

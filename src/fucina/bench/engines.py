@@ -38,12 +38,6 @@ _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held
            "family, tied with string, and a card listing the senders. ") * 3
 
 
-def _engine_env(engine: str) -> dict[str, str]:
-    from fucina.engine_selection import env_for
-
-    return env_for(engine)
-
-
 def _load(name: str, engine: str):
     from fucina.catalog import load_model
 
@@ -54,22 +48,9 @@ def _load(name: str, engine: str):
 # --------------------------------------------------------------------------- workers (one engine each)
 
 def _work_costs(model, samples: int) -> dict[str, float]:
-    prompt = model.tokenize(_PROMPT)
-    filler = [int(t) for t in prompt[1:]] * 2
-    model.reset()
-    model.forward_step(prompt)
-    base = model.kv_len
-    times: dict[int, list[float]] = {n: [] for n in NS}
-    for _ in range(samples):
-        for n in NS:  # interleaved over n
-            t0 = time.perf_counter()
-            if n == 1:
-                model.forward_step(filler[:1])
-            else:
-                model.forward_step_all_logits(filler[:n])
-            times[n].append(time.perf_counter() - t0)
-            model.truncate(base)
-    model.reset()
+    from fucina.calibrate import time_forwards
+
+    times = time_forwards(model, NS, samples, prompt=model.tokenize(_PROMPT))
     return {str(n): 1000 * statistics.median(v) for n, v in times.items()}
 
 
@@ -123,7 +104,9 @@ def _spawn(engine: str, model: str, what: str, **kw) -> dict:
     for k, v in kw.items():
         if v is not None:
             cmd += [f"--{k.replace('_', '-')}", str(v)]
-    r = subprocess.run(cmd, env=_engine_env(engine), capture_output=True, text=True, timeout=3600)
+    from fucina.engine_selection import env_for
+
+    r = subprocess.run(cmd, env=env_for(engine), capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"{engine}/{model}/{what} failed:\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])

@@ -96,9 +96,7 @@ def _meta(plan: dict[str, Any]) -> dict[str, Any]:
 
         from fucina.engine_selection import active_engine
 
-        eng = active_engine()
-        variant = f"patched engine {eng.patch_set}" if eng.batch_invariant_build else f"{eng.variant} engine"
-        engine = f"llama-cpp-python {llama_cpp.__version__} ({variant}); fucina {__version__}"
+        engine = f"llama-cpp-python {llama_cpp.__version__} ({active_engine().describe()} engine); fucina {__version__}"
     except ImportError:  # pragma: no cover
         engine = f"fucina {__version__}"
     args = plan["args"]

@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if getattr(args, "exact", False) is None:
             # --exact/--no-exact not given: batch-invariant mode exactly when the patched engine runs.
-            from fucina.engine_selection import active_engine
+            from fucina.engine_selection import exact_by_default
 
-            args.exact = active_engine().batch_invariant_build
+            args.exact = exact_by_default()
         return args.handler(args)
     except CliError as exc:
         print(str(exc), file=sys.stderr)
