@@ -444,8 +444,10 @@ def test_reference_from_the_wrong_tokenizer_never_accepts_and_stats_show_it():
 
     conv, sources, _ = _reference_case(wrong_tokenizer)
     ref = conv.stats().sources["ref0"]
-    assert ref.accepted == 0 and "ref0" not in sources
-    assert "ref0 0/0" in str(conv.stats())
+    # Its ids coincide with the stream's only by accident (1-token matches): whatever it offers
+    # is never accepted, and the policy, scoring its candidates, verifies at most one draft of it.
+    assert ref.accepted == 0 and ref.drafted <= 16
+    assert f"ref0 0/{ref.drafted}" in str(conv.stats())
 
 
 def test_references_need_speculation():

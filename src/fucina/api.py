@@ -396,7 +396,7 @@ class LLM:
     def _max_draft(self) -> int:
         from fucina.doctor import DEFAULT_MAX_DRAFT, effective_max_draft
 
-        base = self._spec_options.gate.max_draft if self._spec_options is not None else DEFAULT_MAX_DRAFT
+        base = self._spec_options.policy.max_draft if self._spec_options is not None else DEFAULT_MAX_DRAFT
         if not self.exact or self._report is None:
             return base
         # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
@@ -408,7 +408,7 @@ class LLM:
         from fucina.speculative.core import SpecOptions
 
         opts = self._spec_options if self._spec_options is not None else SpecOptions()
-        return dataclasses.replace(opts, gate=dataclasses.replace(opts.gate, max_draft=self._max_draft()))
+        return dataclasses.replace(opts, policy=dataclasses.replace(opts.policy, max_draft=self._max_draft()))
 
     def _decoder(self, sampler: Sampler, req: _Request):
         if not req.speculative:
@@ -521,7 +521,7 @@ class LLM:
 
         sources = tuple(SourceReport(s.name, s.drafted, s.accepted) for s in decoder.source.stats().sources)
         return SpeculationReport(stats.steps, stats.verifies, stats.drafted, stats.accepted, stats.committed,
-                                 str(decoder.gate), sources, level_for(self._report, self._max_draft()),
+                                 str(decoder.policy), sources, level_for(self._report, self._max_draft()),
                                  source_fault=stats.source_fault)
 
     def _close_active(self) -> None:

@@ -387,7 +387,7 @@ class Conversation:
             return ChatStats(self._turns, len(self._decoder.history), last)
         dec = self._decoder
         return ChatStats(self._turns, len(dec.history), last, dataclasses.replace(dec.stats),
-                         str(dec.gate), self._index.stats())
+                         str(dec.policy), self._index.stats())
 
     # -- a turn -------------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class SpeculationReport:
     drafted: int
     accepted: int
     committed: int
-    #: The gate's state per confidence lane, as the CLI's stats line shows it.
+    #: The drafting policy's summary (verifies chosen, candidates declined, live cost scale), as the CLI's stats line shows it.
     gate: str
     sources: tuple[SourceReport, ...]
     level: str

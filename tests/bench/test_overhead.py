@@ -22,9 +22,9 @@ def test_components_add_up_to_the_generation_time():
         assert parts["forward"] > 0 and parts["sample"] > 0 and parts["other"] >= 0
         assert sum(parts[c] for c in COMPONENTS if c in parts) == parts["total"]
         if method == "fucina":
-            assert parts["index"] > 0 and parts["gate"] > 0
+            assert parts["index"] > 0 and parts["policy"] > 0
         else:
-            assert "index" not in parts and "gate" not in parts
+            assert "index" not in parts and "policy" not in parts
     # the instrumentation is removed: the model's methods are the class's again
     assert "forward_step" not in vars(model)
     s = summarize(parts, tokens)

@@ -317,14 +317,14 @@ def test_divergence_reports_plain_top2_gap_at_first_difference():
     assert d.runner_up and d.method_token == int(np.argsort(row)[::-1][1])
 
 
-def test_gate_open_ablation_keeps_verifying_where_the_gate_trips():
-    # Verifies priced at 10 plain steps per row: the gate must trip; the forced-open ablation must not stop.
+def test_gate_open_ablation_keeps_verifying_where_the_policy_declines():
+    # Verifies priced at 10 plain steps per row: the policy must decline; the forced-open ablation must not stop.
     costly = CostTable(((2, 20.0), (16, 160.0)), "hopelessly expensive verifies")
     task = Task("free", "freeform", "freeform", "zq8 vy3 kx1 mw0 pj7 " * 3, (), 64, 0.0)
     res = run_suite(FakeModel(seed=3), [task], model_name="fake", cost_table=costly, repeats=1,
                     methods=["fucina", "gate_open"])
     by = {r.method: r for r in res.runs}
-    assert by["fucina"].extra["gate"]["trips"] >= 1 and by["fucina"].extra["gate"]["state"] == "off"
+    assert by["fucina"].extra["policy"]["declined"] >= 10 and by["fucina"].extra["policy"]["chosen"] == 0
     assert by["gate_open"].verifies > by["fucina"].verifies
     assert by["gate_open"].steps < by["fucina"].steps  # the tripped gate fell back to plain steps
     assert by["fucina"].identical and by["gate_open"].identical

@@ -12,11 +12,19 @@ from fucina.speculative.cascade import (CascadeOptions, CascadeStats, SourceStat
 from fucina.speculative.source import DraftSource
 
 V = 1000
-NO_RECYCLING = CascadeOptions(recycling=False)
+
+
+def design(**kw) -> CascadeOptions:
+    """The design record's selection constants, now opt-in: the confidence budget beta = 2, SAM
+    matches from 2 tokens, per-source muting below 20%. Most tests here exercise those mechanisms."""
+    return CascadeOptions(**{"beta": 2, "min_match": 2, "mute_below": 0.2, **kw})
+
+
+NO_RECYCLING = design(recycling=False)
 
 
 def index(tokens=(), refs=(), options=None) -> SpeculationIndex:
-    idx = SpeculationIndex(V, options)
+    idx = SpeculationIndex(V, options if options is not None else design())
     for r in refs:
         idx.add_reference(r)
     if tokens:
@@ -97,7 +105,7 @@ def test_caller_budget_caps_the_draft():
 def test_beta_option_scales_the_budget():
     # beta = 3 with match 2 -> 9 tokens.
     ref = list(range(10, 60))
-    idx = index(ref[:2], refs=[ref], options=CascadeOptions(beta=3))
+    idx = index(ref[:2], refs=[ref], options=design(beta=3))
     assert idx.suggest(ctx(idx), 16) == ref[2:11]
 
 
@@ -114,7 +122,7 @@ def test_match_below_min_match_falls_through_to_recycling():
 
 def test_min_match_one_lets_the_conversation_draft():
     # Same stream with min_match = 1: the single-token match drafts (budget 2 * (1 + 1) = 4).
-    idx = index([1, 2, 3, 1], options=CascadeOptions(min_match=1))
+    idx = index([1, 2, 3, 1], options=design(min_match=1))
     draft = idx.suggest(ctx(idx), 16)
     assert idx.last_source == "conversation" and draft and draft == [2, 3, 1][: len(draft)]
 
@@ -239,7 +247,7 @@ def test_muted_reference_keeps_feeding_its_cursor():
     # ref0 drafts [3..8] after [1, 2] and is wrong (9): with a 4-token window it is muted for 3
     # committed tokens. Tokens [1, 2, 3] arrive while it is muted; at the re-probe its cursor has
     # seen them and matches [1, 2, 3] at once.
-    opts = CascadeOptions(recycling=False, mute_window=4, mute_for=3)
+    opts = design(recycling=False, mute_window=4, mute_for=3)
     idx = index([1, 2], refs=[[1, 2, 3, 4, 5, 6, 7, 8, 20, 21]], options=opts)
     assert idx.suggest(ctx(idx), 16) == [3, 4, 5, 6, 7, 8]
     idx.observe([9])
@@ -361,13 +369,28 @@ def test_confidence_is_the_match_behind_the_next_draft():
     idx.suggest(ctx(idx), 16)
     assert idx.last_source == "ref0"
     assert index([5, 6, 7, 5]).confidence() == 0  # a 1-token match is below min_match
-    assert index([5, 6, 7, 5], options=CascadeOptions(min_match=1)).confidence() == 1
+    assert index([5, 6, 7, 5], options=design(min_match=1)).confidence() == 1
     assert SpeculationIndex(V).confidence() == 0
 
 
 def test_confidence_ignores_muted_sources():
-    idx = index([1, 2, 3, 9, 1, 2], options=CascadeOptions(mute_window=1, recycling=False))
+    idx = index([1, 2, 3, 9, 1, 2], options=design(mute_window=1, recycling=False))
     assert idx.confidence() == 2
     assert idx.suggest(ctx(idx), 16) == [3, 9, 1, 2]
     idx.observe([7])  # wrong: a 1-token window at 0% mutes the conversation
     assert idx.stats()["conversation"].muted and idx.confidence() == 0
+
+
+# -- the defaults the drafting policy runs on ---------------------------------------------------------
+
+def test_defaults_draft_the_whole_budget_from_one_token_matches_and_never_mute():
+    """The policy (fucina.speculative.policy) chooses how much to verify, so the cascade offers the
+    whole budget, drafts from 1-token matches, and mutes nothing."""
+    idx = SpeculationIndex(V, CascadeOptions(recycling=False))
+    idx.observe([1, 2, 3, 4, 5, 6, 7, 8, 9, 1])
+    assert idx.confidence() == 1
+    assert idx.suggest(ctx(idx), 16) == [2, 3, 4, 5, 6, 7, 8, 9, 1]  # no beta * (1 + match) cap
+    for _ in range(40):  # every draft wrong: the window would have muted it under the old default
+        d = idx.suggest(ctx(idx), 4)
+        idx.observe([999 - (d[0] if d else 0) % 7])
+    assert not idx.stats()["conversation"].muted and idx.stats()["conversation"].drafted > 64

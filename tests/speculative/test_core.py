@@ -14,14 +14,14 @@ from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-from fucina.speculative.gate import GateOptions
+from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.scripted import ScriptedSource
 
 GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=7)
 PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, frequency_penalty=0.4,
                            presence_penalty=0.3, seed=11)
-# A table under which every verify wins, so the gate never interferes unless a test wants it to.
+# A table under which every verify wins, so the policy never declines unless a test wants it to.
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
 MODES = ["perfect", "garbage", "alternating", "partial"]
 
@@ -46,11 +46,11 @@ def plain_run(opts, n=96, seed=0, prompt_text=None, hook=None):
     return prompt, list(d.generate(n)), d
 
 
-def spec_run(opts, stream, mode, n=96, seed=0, prompt_text=None, gate=None, hook=None, gate_enabled=False):
+def spec_run(opts, stream, mode, n=96, seed=0, prompt_text=None, policy=None, hook=None, gate_enabled=False):
     m = FakeModel(seed=seed)
     prompt = prompt_of(m) if prompt_text is None else m.tokenize(prompt_text)
     src = ScriptedSource(stream, m.vocab_size, mode, seed=5)
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate=gate or GateOptions(), gate_enabled=gate_enabled),
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=policy or PolicyOptions(), gate_enabled=gate_enabled),
                            cost_table=CHEAP, row_hook=hook)
     d.feed(prompt)
     return list(d.generate(n)), d
@@ -195,49 +195,48 @@ def test_token_budget_is_exact_with_long_drafts():
     assert out == plain and d.sampler.draws == 17
 
 
-def test_5_gate_orthogonality_across_trip_backoff_and_probe():
-    """Force every gate transition; the committed stream never changes."""
-    prompt, plain, _ = plain_run(SAMPLED, n=400)
-    gate = GateOptions(reprobe_after=8, reprobe_max=32, probe_steps=2, rate_window=4, min_window_drafted=4)
-    m = FakeModel(seed=0)
-    src = ScriptedSource(prompt + plain, m.vocab_size, "alternating", seed=2)
-    expensive = CostTable(((2, 1.9), (17, 9.0)), "test: costly verifies")
-    d = SpeculativeDecoder(m, src, Sampler(SAMPLED), SpecOptions(gate=gate), cost_table=expensive)
-    d.feed(prompt)
-    states, out = [], []
-    for t in d.generate(400):
-        out.append(t)
-        states.append(d.gate.state.value)
-    assert out == plain
-    assert d.gate.trips >= 2 and d.gate.probes >= 1 and {"on", "off", "probing"} <= set(states)
+class Phased(ScriptedSource):
+    """Perfect drafts for ``period`` suggests, then garbage for as many, and so on; a constant,
+    uninformative confidence, so the policy can only tell the phases apart by scoring candidates."""
+
+    def __init__(self, *a, period: int = 12, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.period = period
+
+    def suggest(self, context, budget):
+        self.mode = "perfect" if (self._calls // self.period) % 2 == 0 else "garbage"
+        return super().suggest(context, budget)
+
+    def confidence(self) -> int:
+        return 8
 
 
-@pytest.mark.parametrize("opts", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
-def test_5_lane_gate_orthogonality(opts):
-    """A source that reports confidence gets one gate per lane; lanes trip, rest (cold start),
-    probe and re-enable independently, and the committed stream never changes."""
+@pytest.mark.parametrize("opts", [GREEDY, SAMPLED, PENALIZED], ids=["greedy", "sampled", "penalized"])
+def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
+    """The policy verifies, declines and resumes (candidates keep being scored while declined);
+    the committed stream never changes."""
     prompt, plain, _ = plain_run(opts, n=400)
-
-    class Confident(ScriptedSource):
-        def confidence(self) -> int:  # cycles through all three lanes
-            return (2, 6, 20)[self._calls % 3]
-
-    gate = GateOptions(reprobe_after=8, reprobe_max=32, probe_steps=2, rate_window=4, min_window_drafted=4,
-                       lanes=(4, 12), short_match_acceptance=0.0)
     m = FakeModel(seed=0)
-    src = Confident(prompt + plain, m.vocab_size, "alternating", seed=2)
+    src = Phased(prompt + plain, m.vocab_size, "perfect", seed=2)
     costly = CostTable(((2, 1.9), (17, 9.0)), "test: costly verifies")
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate=gate), cost_table=costly)
-    assert d.gate.cold_start and len(d.gate.lanes) == 3
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=PolicyOptions(prior_weight=1.0)),
+                           cost_table=costly)
     d.feed(prompt)
-    seen = set()
-    out = []
+    out, kinds, seen = [], [], (0, 0)
     for t in d.generate(400):
         out.append(t)
-        seen.update((i, g.state.value) for i, g in enumerate(d.gate.lanes))
+        now = (d.stats.steps, d.stats.verifies)
+        if now[0] != seen[0]:
+            kinds.append("v" if now[1] != seen[1] else "p")
+            seen = now
     assert out == plain
-    assert d.stats.verifies > 10 and d.gate.trips >= 2 and d.gate.probes >= 2
-    assert {(0, "off"), (0, "probing"), (1, "on"), (1, "off"), (2, "on")} <= seen
+    p = d.policy
+    assert p.chosen >= 5 and p.declined >= 5 and d.stats.verifies == p.chosen, str(p)
+    assert 0 < d.stats.accepted < d.stats.drafted  # garbage was verified too, and learned from
+    # Verifies resumed after runs of declined (plain) steps: the policy came back without a probe.
+    assert "".join(kinds).count("pppv") >= 2, "".join(kinds)
+    hits, trials = p.learned()["draft"]["m8-11"]
+    assert trials > 50 and 0.2 < hits / trials < 0.95, (hits, trials)
 
 
 def test_refuses_non_rewindable_models():
@@ -278,7 +277,7 @@ def test_options_validation():
     with pytest.raises(InvalidOption):
         SpecOptions(topk=0)
     with pytest.raises(InvalidOption):
-        SpecOptions(gate="fast")
+        SpecOptions(policy="fast")
 
 
 class FailingSource(ScriptedSource):

@@ -100,7 +100,7 @@ def _plain(model, prompt, opts, n, stops):
 def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", expected=()):
     from fucina.speculative.cascade import SpeculationIndex
     from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-    from fucina.speculative.gate import GateOptions
+    from fucina.speculative.policy import PolicyOptions
     from fucina.speculative.scripted import ScriptedSource
 
     model.reset()
@@ -109,7 +109,7 @@ def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", exp
     else:  # scripted adversaries drafting around the plain run's own continuation
         src = ScriptedSource(list(prompt) + list(expected), model.vocab_size, source, seed=1)
     d = SpeculativeDecoder(model, src, Sampler(opts),
-                           SpecOptions(gate=GateOptions(max_draft=max_draft), gate_enabled=False), cost_table=table)
+                           SpecOptions(policy=PolicyOptions(max_draft=max_draft), gate_enabled=False), cost_table=table)
     d.feed(prompt)
     out = list(d.generate(n, stops))
     return out, d.stats

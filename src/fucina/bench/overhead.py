@@ -1,12 +1,12 @@
 """Where decoding time goes: ``python -m fucina.bench.overhead --tasks FILE [--model M] [--json]``.
 
-Runs plain decoding and fucina (the same decoder, cascade and gate as ``fucina bench``) on every task,
+Runs plain decoding and fucina (the same decoder, cascade and policy as ``fucina bench``) on every task,
 with wall-clock timers around each component the decoder calls:
 
 * ``forward``  — the model's ``forward_step`` / ``forward_step_all_logits`` (llama.cpp, incl. its logits copy);
 * ``sample``   — ``Sampler.sample`` (one call per sampled row);
 * ``index``    — the draft source: ``suggest``, ``observe``, ``observe_topk``, ``confidence``;
-* ``gate``     — the lane gate's decisions and bookkeeping;
+* ``policy`` — the drafting policy's decisions and candidate scoring;
 * ``other``    — the rest of the generation wall time: the decoder loop itself, ``topk_rows``, slicing.
 
 Reported as microseconds per committed token and as a share of generation time, summed over tasks.
@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from fucina.errors import FucinaError
 
-COMPONENTS = ("forward", "sample", "index", "gate", "other")
+COMPONENTS = ("forward", "sample", "index", "policy", "other")
 FORWARDS = ("forward_step", "forward_step_all_logits")
 
 
@@ -79,8 +79,8 @@ def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, in
             for name in ("suggest", "observe", "observe_topk", "confidence"):
                 timers.wrap(source, name, "index")
             decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
-            for name in ("should_speculate", "budget", "record_verify", "record_plain"):
-                timers.wrap(decoder.gate, name, "gate")
+            for name in ("choose", "observe", "record_verify", "record_plain"):
+                timers.wrap(decoder.policy, name, "policy")
         decoder.feed(prepared.prompt)
         timers.ns.clear()  # generation only: the prefill's forward and the prompt's observe are not steps
         t0 = time.perf_counter_ns()

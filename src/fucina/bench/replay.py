@@ -12,6 +12,14 @@ so a step commits ``accepted + 1`` tokens, exactly as the decoder would with a m
 produces the stream. No model runs, so the numbers are the index's upper bound: the acceptance
 a perfectly predictable "model" would give, and the index's own overhead per step.
 
+With a cost table (``--cost-table FILE`` or ``--flat``, the GPU-like C(n) = 1 + 0.03 (n - 1)) the
+decoder's :class:`~fucina.speculative.policy.DraftPolicy` is in the loop: each step's candidate is
+offered to it and only the ``k`` it chooses is "verified" (k = 0: a plain step). Every step is
+priced under the table (C(k + 1) per verify, 1 per plain step) and the projected speedup is
+tokens / total cost. Beside it, the retrieval ceiling: walking the stream, at each position the
+longest prefix of what comes next that occurs anywhere before it (capped at the budget), so a
+step commits that prefix + 1; the best any single-chain index over the same text could do.
+
 Recycling gets no verify-row top-K in replay unless ``--synth-topk`` is given. With it, every
 committed input token's row is synthesized the way a greedy verifier would fill it: top-1 = the
 token that actually followed, then that token's most frequent successors seen so far in the
@@ -19,6 +27,11 @@ stream. Without it recycling learns from committed bigrams (move-to-front) only.
 
 Workloads:
   * files of whitespace-separated token ids (positional; the whole file is the continuation);
+  * ``--traces FILE``: recorded agent requests (JSONL with ``source``, ``trajectory``, ``step``,
+    ``context``, ``output``), one workload per ``source``; the context (its last
+    ``--context-tokens``) is the prompt and the recorded output the continuation. With
+    ``--cross-request`` each request also drafts from its trajectory's earlier requests (contexts
+    and outputs) through one tenant's cross-request index;
   * ``--from-bench``: the Spec-Bench dev questions (``spec_bench_dev.jsonl``), grouped by their
     ``group`` field; the joined ``turns`` are the prompt and the ``reference`` answer is the
     continuation (rows without a reference are skipped). Tokenized with the default model's
@@ -41,14 +54,28 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from fucina.errors import FucinaError
+
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
-from fucina.speculative.gate import GateOptions, lane_index, lane_label
+from fucina.speculative.costs import CostTable
+from fucina.speculative.policy import DraftPolicy, PolicyOptions, e_bucket, e_label
+from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
-           "main"]
+           "trace_streams", "flat_table", "ceiling_steps", "main"]
 
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
+#: Context tokens a trace request keeps (its last ones), as the issue's measurement did.
+TRACE_CONTEXT_TOKENS = 6000
+#: A token id no vocabulary has (SamIndex takes ids < 2**31), between documents of the ceiling's text.
+_BOUNDARY = 2**31 - 1
+
+
+def flat_table(max_rows: int = 64) -> CostTable:
+    """A GPU-like table, C(n) = 1 + 0.03 (n - 1): verifies nearly free, so drafts' quality decides."""
+    return CostTable(tuple((n, 1 + 0.03 * (n - 1)) for n in range(2, max_rows + 1)),
+                     "flat: C(n) = 1 + 0.03 (n - 1)")
 
 
 @dataclass
@@ -58,6 +85,8 @@ class Stream:
     prompt: list[int]
     continuation: list[int]
     references: list[list[int]] = field(default_factory=list)
+    #: Earlier requests of the same tenant (each prompt + output), oldest first: the cross-request source.
+    earlier: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -91,30 +120,74 @@ class WorkloadResult:
     tokens: int = 0  # replayed (scored) tokens
     steps: int = 0
     ns: int = 0
+    cost: float = 0.0  # plain-step equivalents under the pricing table (0 without one)
+    ceiling_steps: int = 0
+    ceiling_cost: float = 0.0
     sources: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
-    #: The same steps keyed by gate lane (the cascade's confidence), see LANE_EDGES.
+    #: The same steps keyed by the confidence bucket (match length) of the candidate.
     lanes: dict[int, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        d: dict[str, object] = {
             "name": self.name, "streams": self.streams, "tokens": self.tokens, "steps": self.steps,
             "tokens_per_step": self.tokens / self.steps if self.steps else 0.0,
             "us_per_step": self.ns / 1e3 / self.steps if self.steps else 0.0,
             "sources": {k: v.as_dict() for k, v in sorted(self.sources.items())},
-            "lanes": {lane_label(LANE_EDGES, k): v.as_dict() for k, v in sorted(self.lanes.items())},
+            "lanes": {e_label(k): v.as_dict() for k, v in sorted(self.lanes.items())},
         }
+        if self.cost:
+            d["projected_speedup"] = self.tokens / self.cost
+        if self.ceiling_steps:
+            d["ceiling_tokens_per_step"] = self.tokens / self.ceiling_steps
+            d["ceiling_speedup"] = self.tokens / self.ceiling_cost if self.ceiling_cost else None
+        return d
 
 
-#: Gate lane edges the replay tallies by (the decoder's defaults).
-LANE_EDGES = GateOptions().lanes
+def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
+                  earlier: Sequence[Sequence[int]] = ()) -> list[int]:
+    """The retrieval ceiling's walk: the prefix length L each step would accept (it commits L + 1).
+
+    At each position, L = the longest prefix (<= ``cap``) of the rest of the continuation that
+    occurs in the text before the position (``earlier`` documents, the prompt, the continuation so
+    far). E.g. prompt [1, 2, 3], continuation [1, 2, 3, 4]: L = 3 (commit 1 2 3 4), one step.
+    """
+    sam = SamIndex()
+    for doc in earlier:
+        sam.extend_many(doc)
+        sam.extend(_BOUNDARY)  # no match spans two requests, as in the cross-request index
+    sam.extend_many(prompt)
+    out: list[int] = []
+    i, n = 0, len(continuation)
+    while i < n:
+        L = sam.longest_prefix(continuation[i: i + cap])
+        out.append(L)
+        sam.extend_many(continuation[i: i + L + 1])
+        i += L + 1
+    return out
 
 
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
-                  synth_topk: bool = False, options: CascadeOptions | None = None) -> None:
-    """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``."""
+                  synth_topk: bool = False, options: CascadeOptions | None = None,
+                  table: CostTable | None = None, cross_request_tokens: int | None = None) -> None:
+    """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``.
+
+    With ``table`` the drafting policy chooses each verified length (priced under ``table``);
+    without it every candidate is verified whole (the index's raw acceptance). With
+    ``cross_request_tokens`` the stream's ``earlier`` requests are a cross-request source.
+    """
     idx = SpeculationIndex(vocab_size, options)
     for ref in stream.references:
         idx.add_reference(ref)
+    if cross_request_tokens is not None and stream.earlier:
+        from fucina.speculative.crossreq import CrossRequestIndex
+
+        cross = CrossRequestIndex(cross_request_tokens)
+        for doc in stream.earlier:
+            cross.add(doc)
+        snap = cross.snapshot()
+        if snap is not None:
+            idx.set_cross_request(snap)
+    policy = DraftPolicy(table, PolicyOptions(max_draft=budget)) if table is not None else None
     full = stream.prompt + stream.continuation
     start = len(stream.prompt)
     if start == 0:
@@ -122,7 +195,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         start = 1 if full else 0
     if start:
         idx.observe(full[:start])
-    k = idx.recycling.k if idx.recycling is not None else 0
+    k_top = idx.recycling.k if idx.recycling is not None else 0
     successors: dict[int, Counter[int]] = defaultdict(Counter)
     if synth_topk:
         for a, b in zip(full[: start - 1], full[1:start]):
@@ -132,10 +205,18 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
     result.streams += 1
     result.tokens += len(full) - start
     while i < len(full):
-        lane = lane_index(LANE_EDGES, idx.confidence())
+        conf = idx.confidence()
         t0 = clock()
         draft = idx.suggest(full[:i], budget)
         source = idx.last_source or NO_DRAFT
+        k = len(draft)
+        if policy is not None:
+            k = policy.choose(draft, conf, idx.last_source)
+            if k < len(draft):
+                idx.truncate_pending(k)
+            draft = draft[:k]
+            if not k:
+                source = NO_DRAFT
         accepted = 0
         for d, t in zip(draft, full[i:]):
             if d != t:
@@ -143,17 +224,26 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
             accepted += 1
         commit = full[i: i + accepted + 1]
         idx.observe(commit)
+        if policy is not None:
+            policy.observe(commit)
         t1 = clock()
-        if synth_topk and k:
-            _feed_synthetic_topk(idx, full, i, len(commit), successors, k)
-        for tally in (result.sources[source], result.lanes[lane]):
+        if synth_topk and k_top:
+            _feed_synthetic_topk(idx, full, i, len(commit), successors, k_top)
+        for tally in (result.sources[source], result.lanes[e_bucket(conf)]):
             tally.steps += 1
             tally.drafted += len(draft)
             tally.accepted += accepted
             tally.ns += t1 - t0
+        if table is not None:
+            result.cost += table.cost(len(draft) + 1) if draft else 1.0
         result.steps += 1
         result.ns += t1 - t0
         i += len(commit)
+    if table is not None:
+        earlier = stream.earlier if cross_request_tokens is not None else ()
+        walk = ceiling_steps(full[:start], full[start:], budget, earlier)
+        result.ceiling_steps += len(walk)
+        result.ceiling_cost += sum(table.cost(L + 1) if L else 1.0 for L in walk)
 
 
 def _feed_synthetic_topk(idx: SpeculationIndex, full: list[int], i: int, n: int,
@@ -233,28 +323,101 @@ def bench_streams(bench_dir: Path, tokenize, limit: int | None) -> tuple[dict[st
     return dict(workloads), skipped
 
 
-def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: bool) -> str:
+def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKENS,
+                  ) -> dict[str, list[Stream]]:
+    """Agent trace requests grouped by ``source`` (``trace:aider``, ...), in trajectory order.
+
+    Each stream's ``earlier`` holds its trajectory's previous requests (context + output, the
+    context cut like the prompt), for the cross-request source set.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                rows.append((str(row["source"]), str(row["trajectory"]), int(row["step"]),
+                             str(row["context"]), str(row["output"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: not a trace row ({exc})") from exc
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    workloads: dict[str, list[Stream]] = defaultdict(list)
+    history: dict[tuple[str, str], list[list[int]]] = defaultdict(list)
+    for source, trajectory, _, context, output in rows:
+        prompt = tokenize(context, add_bos=True)[-context_tokens:]
+        answer = tokenize(output, add_bos=False)
+        if not answer:
+            continue
+        earlier = history[(source, trajectory)]
+        workloads[f"trace:{source}"].append(Stream(prompt=prompt, continuation=answer, earlier=list(earlier)))
+        earlier.append(prompt + answer)
+    return dict(workloads)
+
+
+def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: bool,
+                 table: CostTable | None = None) -> str:
     """The human-readable report."""
     topk = "synthesized from the stream's bigrams" if synth_topk else "none (committed bigrams only)"
-    lines = [f"replay: budget {budget}; recycling top-K: {topk}",
-             f"{'workload / source':<26}{'steps':>8}{'tokens':>9}{'tok/step':>10}{'µs/step':>10}"
-             f"{'drafted':>9}{'accept':>8}{'mean acc':>10}"]
+    head = f"replay: budget {budget}; recycling top-K: {topk}"
+    if table is not None:
+        head += f"\npolicy in the loop, priced under: {table.source or 'a cost table'}"
+    lines = [head, f"{'workload / source':<30}{'steps':>8}{'tokens':>9}{'tok/step':>10}{'µs/step':>10}"
+             f"{'drafted':>9}{'accept':>8}{'mean acc':>10}{'speedup':>9}{'ceiling':>15}"]
     for r in results:
         d = r.as_dict()
-        lines.append(f"{r.name:<26}{r.steps:>8}{r.tokens:>9}{d['tokens_per_step']:>10.2f}"
-                     f"{d['us_per_step']:>10.1f}")
+        proj = f"{d['projected_speedup']:>8.2f}x" if "projected_speedup" in d else f"{'':>9}"
+        ceil = (f"{d['ceiling_tokens_per_step']:>6.2f} {d['ceiling_speedup']:>6.2f}x"
+                if r.ceiling_steps and table is not None else "")
+        lines.append(f"{r.name:<30}{r.steps:>8}{r.tokens:>9}{d['tokens_per_step']:>10.2f}"
+                     f"{d['us_per_step']:>10.1f}{'':>9}{'':>8}{'':>10}{proj}{ceil:>15}")
         for name, tally in sorted(r.sources.items()):
             s = tally.as_dict()
             acc = f"{s['acceptance']:>8.1%}" if tally.drafted else f"{'-':>8}"
             mean = f"{s['mean_accepted']:>10.2f}" if name != NO_DRAFT else f"{'-':>10}"
-            lines.append(f"  {name:<24}{tally.steps:>8}{'':>9}{'':>10}{s['us_per_step']:>10.1f}"
+            lines.append(f"  {name:<28}{tally.steps:>8}{'':>9}{'':>10}{s['us_per_step']:>10.1f}"
                          f"{tally.drafted:>9}{acc}{mean}")
         for lane, tally in sorted(r.lanes.items()):
             if tally.drafted:
                 s = tally.as_dict()
-                lines.append(f"  {'lane ' + lane_label(LANE_EDGES, lane):<24}{tally.steps:>8}{'':>9}{'':>10}{'':>10}"
+                lines.append(f"  {'confidence ' + e_label(lane):<28}{tally.steps:>8}{'':>9}{'':>10}{'':>10}"
                              f"{tally.drafted:>9}{s['acceptance']:>8.1%}{s['mean_accepted']:>10.2f}")
     return "\n".join(lines)
+
+
+def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
+                   options: CascadeOptions | None = None) -> dict[str, tuple[int, int]]:
+    """Per-bucket (hits, trials) with every position's candidate scored against the stream.
+
+    The stream is walked one token at a time and nothing is verified, so each position offers the
+    candidate the decoder would see there: the policy's PRIOR_ACCEPTANCE comes from this.
+    """
+    total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for s in streams:
+        idx = SpeculationIndex(vocab_size, options)
+        for ref in s.references:
+            idx.add_reference(ref)
+        policy = DraftPolicy(flat_table(), PolicyOptions(max_draft=budget))
+        full = s.prompt + s.continuation
+        i = max(1, len(s.prompt)) if full else 0
+        idx.observe(full[:i])
+        while i < len(full):
+            policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True)
+            idx.truncate_pending(0)
+            idx.observe(full[i: i + 1])
+            policy.observe(full[i: i + 1])
+            i += 1
+        for buckets in policy.learned().values():
+            for label, (h, n) in buckets.items():
+                total[label][0] += h
+                total[label][1] += n
+    return {k: (v[0], v[1]) for k, v in total.items()}
+
+
+def _load_tokenizer(model: str | None):
+    from fucina.catalog import load_tokenizer
+
+    return load_tokenizer(model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -265,64 +428,112 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bench-dir", type=Path, default=None,
                     help=f"directory holding {BENCH_FILE} (required with --from-bench)")
     ap.add_argument("--limit", type=int, default=None, help="bench rows per group")
+    ap.add_argument("--traces", type=Path, default=None, help="agent trace JSONL to replay (see above)")
+    ap.add_argument("--context-tokens", type=int, default=TRACE_CONTEXT_TOKENS,
+                    help="context tokens a trace request keeps (its last ones)")
+    ap.add_argument("--cross-request", type=int, default=None, metavar="TOKENS",
+                    help="also replay each trace request with its trajectory's earlier requests in a "
+                         "cross-request index bounded to TOKENS")
+    ap.add_argument("--model", default="smollm2-135m",
+                    help="tokenizer for --from-bench/--traces (a catalog name or GGUF path)")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the copy/edit transcripts")
     ap.add_argument("--budget", type=int, default=16, help="caller draft budget per step")
     ap.add_argument("--no-recycling", action="store_true",
                     help="cascade without the recycling fallback (SAM sources only, as on CPU tables)")
     ap.add_argument("--synth-topk", action="store_true",
                     help="feed recycling top-K rows synthesized from the stream's own bigrams")
+    pricing = ap.add_mutually_exclusive_group()
+    pricing.add_argument("--cost-table", type=Path, default=None,
+                         help="a verify cost table (JSON, as cached by fucina): the policy chooses the "
+                              "verified lengths and every step is priced under it")
+    pricing.add_argument("--flat", action="store_true", help="the same under C(n) = 1 + 0.03 (n - 1)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="index vocabulary (default: the tokenizer's, else max id + 1)")
     ap.add_argument("--seed", type=int, default=0, help="synthetic transcript seed")
+    ap.add_argument("--priors", action="store_true",
+                    help="print the per-token acceptance by confidence bucket, every position scored "
+                         "(how the policy's priors were measured) instead of replaying")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
     if a.budget < 1:
         ap.error("--budget must be >= 1")
+    if a.context_tokens < 1:
+        ap.error("--context-tokens must be >= 1")
+    if a.cross_request is not None and a.cross_request < 1:
+        ap.error("--cross-request must be >= 1 tokens")
+    if a.cross_request is not None and a.traces is None:
+        ap.error("--cross-request needs --traces (the trajectories it draws earlier requests from)")
+    if a.from_bench and a.bench_dir is None:
+        ap.error("--from-bench needs --bench-dir DIR (the directory holding the Spec-Bench data)")
+    table = flat_table() if a.flat else None
+    if a.cost_table is not None:
+        try:
+            table = CostTable.load(a.cost_table)
+        except FucinaError as exc:
+            print(f"replay: {exc}", file=sys.stderr)
+            return 2
 
     workloads: dict[str, list[Stream]] = {}
     vocab = a.vocab_size
     for path in a.files:
         workloads[path.name] = [Stream(prompt=[], continuation=read_token_file(path))]
     skipped = 0
-    if a.from_bench and a.bench_dir is None:
-        ap.error("--from-bench needs --bench-dir DIR (the directory holding the Spec-Bench data)")
-    if a.from_bench:
+    if a.from_bench or a.traces is not None:
         try:
-            from fucina.catalog import load_tokenizer
-
-            tok = load_tokenizer(None)
+            tok = _load_tokenizer(a.model)
         except Exception as exc:  # any failure means: no tokenizer on this machine
-            print(f"replay: cannot load the tokenizer for --from-bench: {exc}", file=sys.stderr)
+            print(f"replay: cannot load the tokenizer ({a.model}): {exc}", file=sys.stderr)
             return 2
+        vocab = vocab or tok.vocab_size
+    if a.from_bench:
         if not (a.bench_dir / BENCH_FILE).is_file():
             print(f"replay: no {BENCH_FILE} in {a.bench_dir}", file=sys.stderr)
             return 2
-        vocab = vocab or tok.vocab_size
         bench, skipped = bench_streams(a.bench_dir, tok.tokenize, a.limit)
         workloads.update(bench)
+    traces: dict[str, list[Stream]] = {}
+    if a.traces is not None:
+        try:
+            traces = trace_streams(a.traces, tok.tokenize, a.context_tokens)
+        except (OSError, ValueError) as exc:
+            print(f"replay: {exc}", file=sys.stderr)
+            return 2
+        workloads.update(traces)
     if not a.no_synthetic:
         workloads.update(synthetic_edit_streams(seed=a.seed))
     if not workloads:
-        print("replay: nothing to replay (give token files, --from-bench, or drop --no-synthetic)",
+        print("replay: nothing to replay (give token files, --from-bench, --traces, or drop --no-synthetic)",
               file=sys.stderr)
         return 2
 
+    opts = CascadeOptions(recycling=not a.no_recycling)
+    if a.priors:
+        for name, streams in workloads.items():
+            v = vocab or (max((t for s in streams for t in s.prompt + s.continuation), default=0) + 1)
+            got = measure_priors(streams, v, a.budget, opts)
+            order = sorted(got, key=lambda lab: int(lab[1:].split("-")[0].rstrip("+")))
+            print(f"{name}: " + " ".join(f"{lab} {got[lab][0] / got[lab][1]:.2f} ({got[lab][1]})" for lab in order))
+        return 0
+    runs: list[tuple[str, list[Stream], int | None]] = [(n, w, None) for n, w in workloads.items()]
+    if a.cross_request is not None:
+        runs += [(f"{n} +cross-request", w, a.cross_request) for n, w in traces.items()]
     results = []
-    for name, streams in workloads.items():
+    for name, streams, cross in runs:
         result = WorkloadResult(name)
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
-            replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk,
-                          options=CascadeOptions(recycling=not a.no_recycling))
+            replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
+                          table=table, cross_request_tokens=cross)
         results.append(result)
 
     if a.json:
         print(json.dumps({"budget": a.budget, "synth_topk": a.synth_topk, "recycling": not a.no_recycling,
+                          "table": table.source if table is not None else None,
                           "bench_rows_skipped": skipped,
                           "workloads": [r.as_dict() for r in results]}, indent=2))
     else:
-        print(format_table(results, a.budget, a.synth_topk))
+        print(format_table(results, a.budget, a.synth_topk, table))
         if skipped:
             print(f"({skipped} bench rows without a reference answer skipped)")
     return 0

@@ -27,13 +27,13 @@ METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam
 #: One line per method for the report's legend.
 METHOD_LEGEND: dict[str, str] = {
     "plain": "plain decoding (PlainDecoder): one forward per token, the reference output",
-    "fucina": "full cascade (conversation SAM + task references + recycling) + cost gate, default options",
-    "oracle": "same decoder, gate and cost table fed the plain run's own continuation (perfect drafts): "
+    "fucina": "full cascade (conversation SAM + task references + recycling) + the drafting policy, default options",
+    "oracle": "same decoder, policy and cost table fed the plain run's own continuation (perfect drafts): "
               "the ceiling this machine allows",
     "peer": "llama-cpp-python LlamaPromptLookupDecoding, default settings (max_ngram_size=2, num_pred_tokens=10)",
     "peer_n2": "llama-cpp-python LlamaPromptLookupDecoding(num_pred_tokens=2)",
-    "sam_only": "ablation: conversation SAM only (no references, no recycling), gate on: prompt-lookup-like",
-    "gate_open": "ablation: full cascade + references with the gate forced open (speculate every step)",
+    "sam_only": "ablation: conversation SAM only (no references, no recycling), policy on: prompt-lookup-like",
+    "gate_open": "ablation: full cascade + references with the policy forced open (verify every candidate)",
 }
 
 

@@ -191,15 +191,15 @@ def run(plan: dict[str, Any]) -> int:
                     _write(out, done_runs + partial.runs, done_divs + partial.divergences, meta, chart=False)
 
                 from fucina.doctor import cached_report, effective_max_draft, level_for
-                from fucina.speculative.gate import GateOptions
+                from fucina.speculative.policy import PolicyOptions
 
                 report = cached_report(model)
-                gate = GateOptions(max_draft=effective_max_draft(report, args.exact))
-                meta.setdefault("levels", {})[name] = {"level": level_for(report, gate.max_draft),
-                                                       "max_draft": gate.max_draft, "exact_load": args.exact}
+                policy = PolicyOptions(max_draft=effective_max_draft(report, args.exact))
+                meta.setdefault("levels", {})[name] = {"level": level_for(report, policy.max_draft),
+                                                       "max_draft": policy.max_draft, "exact_load": args.exact}
                 res = run_suite(model, tasks, model_name=name, cost_table=table, methods=methods,
                                 repeats=args.repeats, peer=peer, progress=bar.run_done, on_task=checkpoint,
-                                gate=gate)
+                                policy=policy)
             finally:
                 if peer is not None:
                     peer.close()

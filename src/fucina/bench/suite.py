@@ -32,7 +32,7 @@ from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-from fucina.speculative.gate import GateOptions
+from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
@@ -367,9 +367,8 @@ def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream:
 
 
 def _extra(decoder: SpeculativeDecoder) -> dict:
-    g = decoder.gate
-    extra: dict = {"gate": {"state": g.state.value, "trips": g.trips, "probes": g.probes,
-                            "scale": round(g.scale, 4)}}
+    p = decoder.policy
+    extra: dict = {"policy": {"chosen": p.chosen, "declined": p.declined, "scale": round(p.scale, 4)}}
     stats = getattr(decoder.source, "stats", None)
     if callable(stats):
         extra["sources"] = {s.name: [s.accepted, s.drafted] for s in stats().sources}
@@ -378,7 +377,7 @@ def _extra(decoder: SpeculativeDecoder) -> dict:
 
 def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_stream: Sequence[int],
               clock: Clock, model_name: str, repeat: int,
-              gate: GateOptions | None = None) -> tuple[RunRecord, list[int]]:
+              policy: PolicyOptions | None = None) -> tuple[RunRecord, list[int]]:
     stops = frozenset(model.eos_ids)
     model.reset()
     s0 = clock()
@@ -386,7 +385,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     if method == "plain":
         decoder = PlainDecoder(model, sampler)
     else:
-        opts = SpecOptions(gate=gate or GateOptions(), gate_enabled=method != "gate_open")
+        opts = SpecOptions(policy=policy or PolicyOptions(), gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter)
     setup = clock() - s0
@@ -460,7 +459,7 @@ def _capture_gaps(model, p: _Prepared, positions: Iterable[int]) -> tuple[list[i
 def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: CostTable,
               methods: Sequence[str] = METHODS, repeats: int = 3, peer: PeerEngine | None = None,
               progress: Progress | None = None, on_task: Callable[[SuiteResult], None] | None = None,
-              clock: Clock = time.perf_counter, gate: GateOptions | None = None) -> SuiteResult:
+              clock: Clock = time.perf_counter, policy: PolicyOptions | None = None) -> SuiteResult:
     """Run every task: for each repeat, every method once, in :data:`METHODS` order.
 
     ``model`` is anything with the :class:`fucina.model_protocol.Model` shape (the fake model in tests).
@@ -483,7 +482,7 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
                     rec, out = _run_peer(peer, model, p, method, clock, model_name, repeat)
                 else:
                     rec, out = _run_ours(model, p, method, cost_table, [*p.prompt, *plain_out], clock,
-                                         model_name, repeat, gate)
+                                         model_name, repeat, policy)
                 if method == "plain":
                     plain_out = out
                 rec.first_diff = first_difference(plain_out, out)

@@ -6,18 +6,26 @@ Sources, in tie-break order:
    ``observe``;
 2. ``ref0``, ``ref1``, ... — frozen SAMs over injected reference documents, each read through a
    per-conversation cursor;
-3. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
+3. ``cross-request`` — a snapshot of the tenant's earlier requests
+   (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
+4. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
 
 Selection: every unmuted SAM source reports its match length; the longest match drafts (ties go
-to the conversation, whose recency beats a static document, then to the first-added reference),
-with a budget that grows with confidence, ``min(budget, beta * (1 + match_len))``. Matches
-shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts nothing and
-the decoder takes a plain step.
+to the conversation, whose recency beats a static document, then to the first-added reference)
+the whole budget the caller asks for: how much of it is worth verifying is the decoder's policy
+(:mod:`fucina.speculative.policy`), which prices the draft by this match length
+(:meth:`SpeculationIndex.confidence`) and the acceptance it has measured. Matches shorter than
+``min_match`` fall through to recycling; an unseen recycling row drafts nothing and the decoder
+takes a plain step. Drafting from a 1-token match is on by default: on the dev agent traces it
+raises the tokens a step could commit from 1.8 to 2.1 (``python -m fucina.bench.replay``), and
+the policy declines such drafts wherever they do not pay.
 
-Muting is the per-source selection gate (the decoder's cost gate owns global economics): each
-source keeps a rolling window over its last ``mute_window`` drafted tokens; a full window below
-``mute_below`` acceptance mutes the source for ``mute_for`` committed tokens, after which it is
-re-probed with a fresh window. Muted sources keep observing so they are in sync at the re-probe.
+Optional, off by default (``beta``, ``mute_below``): the design record's confidence budget
+``min(budget, beta * (1 + match_len))`` and per-source muting (a rolling window over the last
+``mute_window`` drafted tokens; a full window below ``mute_below`` acceptance mutes the source for
+``mute_for`` committed tokens, then a re-probe). The policy supersedes both: a muted source was
+muted exactly when a long copy began (bimodal acceptance on agent work). Muted sources keep
+observing so they are in sync at the re-probe.
 
 Acceptance is inferred at the suggest -> observe seam: the draft of the last ``suggest`` is
 compared with the slice passed to the next non-empty ``observe``; accepted = their longest common
@@ -67,16 +75,16 @@ def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) ->
 class CascadeOptions:
     """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
 
-    #: Draft budget per unit of confidence: budget = beta * (1 + match_len).
-    beta: int = 2
+    #: Optional draft cap per unit of confidence: budget = beta * (1 + match_len); None = no cap.
+    beta: int | None = None
     #: SAM matches shorter than this fall through to recycling.
-    min_match: int = 2
+    min_match: int = 1
     #: Most reference documents one index holds.
     max_references: int = 8
     #: Drafted tokens in each source's rolling acceptance window.
     mute_window: int = 64
-    #: A full window with acceptance strictly below this mutes the source.
-    mute_below: float = 0.2
+    #: A full window with acceptance strictly below this mutes the source (0 = never: the default).
+    mute_below: float = 0.0
     #: Committed tokens a muted source sits out before its re-probe.
     mute_for: int = 128
     #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
@@ -87,7 +95,9 @@ class CascadeOptions:
     recycling_max_chain: int = 8
 
     def __post_init__(self) -> None:
-        for name in ("beta", "min_match", "mute_window", "mute_for", "recycling_k",
+        if self.beta is not None and (not isinstance(self.beta, int) or isinstance(self.beta, bool) or self.beta < 1):
+            raise InvalidOption(f"beta must be None or an int >= 1, got {self.beta!r}")
+        for name in ("min_match", "mute_window", "mute_for", "recycling_k",
                      "recycling_max_chain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -137,6 +147,16 @@ class _Drafter(Protocol):
     def draft(self, max_len: int) -> list[int]: ...
 
 
+class _Cursor(_Drafter, Protocol):
+    def feed_many(self, tokens: Sequence[int]) -> None: ...
+
+
+class _Snapshot(Protocol):
+    """What set_cross_request takes: a frozen index that hands out cursors (CrossSnapshot)."""
+
+    def cursor(self) -> _Cursor: ...
+
+
 class _Gate:
     """One source's lifetime counts, rolling window and mute state."""
 
@@ -174,8 +194,8 @@ class _Gate:
 
 @dataclass
 class _Reference:
-    sam: SamIndex
-    cursor: SamCursor
+    sam: SamIndex | _Snapshot  # kept alive (and unchanged) while this conversation drafts from it
+    cursor: SamCursor | _Cursor
     gate: _Gate
 
 
@@ -196,6 +216,7 @@ class SpeculationIndex:
         self._conv = SamIndex()
         self._conv_gate = _Gate("conversation", opts.mute_window)
         self._refs: list[_Reference] = []
+        self._cross: _Reference | None = None
         self._rec = (Recycling(vocab_size, opts.recycling_k, opts.recycling_max_chain)
                      if opts.recycling else None)
         self._rec_gate = _Gate("recycling", opts.mute_window)
@@ -251,14 +272,15 @@ class SpeculationIndex:
         candidates: list[tuple[int, int, _Gate, _Drafter]] = []
         if not self._conv_gate.muted(now):
             candidates.append((self._conv.match_len(), 0, self._conv_gate, self._conv))
-        for order, ref in enumerate(self._refs, start=1):
+        for order, ref in enumerate(self._sam_sources(), start=1):
             if not ref.gate.muted(now):
                 candidates.append((ref.cursor.match_len(), order, ref.gate, ref.cursor))
         candidates.sort(key=lambda c: (-c[0], c[1]))
         for match, _, gate, drafter in candidates:
             if match < opts.min_match:
                 break
-            draft = [int(t) for t in drafter.draft(min(budget, opts.beta * (1 + match)))]
+            cap = budget if opts.beta is None else min(budget, opts.beta * (1 + match))
+            draft = [int(t) for t in drafter.draft(cap)]
             if draft:
                 return self._remember(gate, draft)
         if self._rec is not None and not self._rec_gate.muted(now):
@@ -272,7 +294,7 @@ class SpeculationIndex:
         (the draft, if any, would come from recycling). O(1) per source."""
         now = len(self._conv)
         best = 0 if self._conv_gate.muted(now) else self._conv.match_len()
-        for ref in self._refs:
+        for ref in self._sam_sources():
             if not ref.gate.muted(now):
                 best = max(best, ref.cursor.match_len())
         return best if best >= self.options.min_match else 0
@@ -287,7 +309,7 @@ class SpeculationIndex:
             return
         self._check_ids(toks)
         self._conv.extend_many(toks)
-        for ref in self._refs:
+        for ref in self._sam_sources():
             ref.cursor.feed_many(toks)
         if self._rec is not None:
             self._rec.observe(toks)
@@ -352,9 +374,27 @@ class SpeculationIndex:
         self._refs.append(_Reference(sam, cursor, _Gate(f"ref{slot}", self.options.mute_window)))
         return slot
 
+    def set_cross_request(self, snapshot: _Snapshot | None) -> None:
+        """Draft also from ``snapshot`` (a :class:`~fucina.speculative.crossreq.CrossSnapshot` of this
+        tenant's earlier requests), named ``cross-request``; None removes it.
+
+        The snapshot is never mutated, so holding it here is what keeps its documents alive while
+        this conversation drafts from them, whatever the tenant's index evicts meanwhile. Like a
+        reference, its cursor is caught up over the observed stream. Only the caller can keep
+        tenants apart: pass only the requesting tenant's own snapshot.
+        """
+        if self._pending is not None and self._cross is not None and self._pending.gate is self._cross.gate:
+            self._pending = None
+        if snapshot is None:
+            self._cross = None
+            return
+        cursor = snapshot.cursor()
+        cursor.feed_many(self._conv.tokens)
+        self._cross = _Reference(snapshot, cursor, _Gate("cross-request", self.options.mute_window))
+
     def clear_references(self) -> None:
         """Drop every reference (and the pending draft if a reference made it); slots restart at 0."""
-        if self._pending is not None and self._pending.gate not in (self._conv_gate, self._rec_gate):
+        if self._pending is not None and any(self._pending.gate is r.gate for r in self._refs):
             self._pending = None
         self._refs.clear()
 
@@ -363,7 +403,7 @@ class SpeculationIndex:
     def stats(self) -> CascadeStats:
         """Per-source accepted/drafted counts and current mute state."""
         now = len(self._conv)
-        gates = [self._conv_gate, *(r.gate for r in self._refs)]
+        gates = [self._conv_gate, *(r.gate for r in self._sam_sources())]
         if self._rec is not None:
             gates.append(self._rec_gate)
         return CascadeStats(tuple(g.stats(now) for g in gates))
@@ -371,9 +411,14 @@ class SpeculationIndex:
     def nbytes(self) -> int:
         """Bytes held by all sources (the conversation SAM includes the committed stream)."""
         total = self._conv.nbytes() + sum(r.sam.nbytes() for r in self._refs)
+        # The cross-request snapshot is the tenant's, shared across its requests: not counted here.
         return total + (self._rec.nbytes() if self._rec is not None else 0)
 
     # -- internals -------------------------------------------------------------------------------------
+
+    def _sam_sources(self) -> list[_Reference]:
+        """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
+        return self._refs if self._cross is None else [*self._refs, self._cross]
 
     def _remember(self, gate: _Gate, draft: list[int]) -> list[int]:
         self._pending = _Pending(gate, list(draft))

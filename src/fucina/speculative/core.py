@@ -14,7 +14,7 @@ Proof obligations, each with a test in tests/speculative/test_core.py:
  3. Penalties see the hypothetical prefix: an accepted token enters ``history`` before the next row
     is sampled; rejected drafts never touch it.
  4. The KV cache never keeps an unverified row, also when the forward or the sampler raises.
- 5. The gate decides when to speculate, never what is committed.
+ 5. The policy decides when to verify and how long, never what is committed.
  6. Drafts are advice: a source that raises while generating (a corrupt index, a bug) is dropped
     for the rest of this decoder's life and decoding goes on with plain steps; what was committed
     stays committed, and nothing the source did can change a later token.
@@ -35,7 +35,7 @@ from fucina.errors import InvalidOption, NotRewindable
 from fucina.generate import CommittedStream
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
-from fucina.speculative.gate import GateOptions, LaneGate
+from fucina.speculative.policy import DraftPolicy, PolicyOptions
 from fucina.speculative.source import DraftSource
 from fucina.speculative.topk import topk_rows
 
@@ -47,15 +47,16 @@ RowHook = Callable[[np.ndarray, int, Sequence[int]], None]
 
 @dataclass(frozen=True)
 class SpecOptions:
-    """Decoder options. ``gate_enabled=False`` forces speculation on every step (ablation)."""
+    """Decoder options. ``gate_enabled=False`` verifies every candidate of >= min_draft tokens
+    (the gate-open ablation); the policy still scores them."""
 
-    gate: GateOptions = field(default_factory=GateOptions)
+    policy: PolicyOptions = field(default_factory=PolicyOptions)
     gate_enabled: bool = True
     topk: int = 8  # candidates per verified row handed to observe_topk
 
     def __post_init__(self) -> None:
-        if not isinstance(self.gate, GateOptions):
-            raise InvalidOption(f"gate must be GateOptions, got {type(self.gate).__name__}")
+        if not isinstance(self.policy, PolicyOptions):
+            raise InvalidOption(f"policy must be PolicyOptions, got {type(self.policy).__name__}")
         if self.topk < 1:
             raise InvalidOption(f"topk must be >= 1, got {self.topk}")
 
@@ -117,10 +118,12 @@ class SpeculativeDecoder(CommittedStream):
         self.source = source
         self.sampler = sampler
         self.options = options or SpecOptions()
-        # Lanes need the source to say how confident a draft will be; others get the single gate.
+        # The policy prices a draft by its confidence (match length) when the source can say it.
         confidence = getattr(source, "confidence", None)
         self._confidence = confidence if callable(confidence) else None
-        self.gate = LaneGate(cost_table, self.options.gate, use_lanes=self._confidence is not None)
+        truncate = getattr(source, "truncate_pending", None)
+        self._truncate = truncate if callable(truncate) else None
+        self.policy = DraftPolicy(cost_table, self.options.policy)
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()
@@ -129,6 +132,7 @@ class SpeculativeDecoder(CommittedStream):
     def feed(self, tokens: Sequence[int]) -> list[int]:
         """Append prompt tokens (the same batched prefill as plain decoding); the source learns them."""
         tokens = super().feed(tokens)
+        self.policy.reset_pending()  # candidates predict the model's continuation, not a new turn
         if tokens:
             self.source.observe(tokens)
         return tokens
@@ -136,6 +140,7 @@ class SpeculativeDecoder(CommittedStream):
     def adopt(self, prefix: Sequence[int]) -> None:
         """Start from a cache already holding ``prefix``; the source learns it as if it were fed."""
         super().adopt(prefix)
+        self.policy.reset_pending()
         if self.history:
             self.source.observe(self.history)
 
@@ -157,22 +162,27 @@ class SpeculativeDecoder(CommittedStream):
         if self._pending is not None:
             row, self._pending = self._pending, None
             return self._commit_plain(row, self.history[-1], forward=False, seconds=None)
-        gate = self.gate
-        conf = self._advise(self._confidence) if self._confidence is not None else None
-        speculate = self.stats.source_fault is None and (gate.should_speculate(conf) or not self.options.gate_enabled)
-        # 1. Draft. k drafts + 1 bonus must fit the token budget and the context.
-        draft: Sequence[int] = ()
-        room = min(left - 1, self.model.context_length - self.model.kv_len - 1)
-        if speculate and room >= gate.options.min_draft:
-            budget = min(gate.budget(conf), room)
-            draft = self._advise(lambda: [int(t) for t in self.source.suggest(self.history, budget)][:budget]) or ()
-        if len(draft) < gate.options.min_draft:
-            # Fallback: a plain step (it never enters the gate's window).
+        policy, o = self.policy, self.options.policy
+        # 1. Candidate: up to max_draft tokens, k drafts + 1 bonus must fit the budget and context.
+        #    It is asked for on every step, verified or not: the policy scores it for free later.
+        room = min(left - 1, self.model.context_length - self.model.kv_len - 1, o.max_draft)
+        draft: list[int] = []
+        conf = None
+        if self.stats.source_fault is None and room >= o.min_draft:
+            conf = self._advise(self._confidence) if self._confidence is not None else None
+            draft = self._advise(lambda: [int(t) for t in self.source.suggest(self.history, room)][:room]) or []
+        # 2. Decide: k = argmax (E[accepted | conf, k] + 1) / C(k + 1), or 0 when no k beats a plain step.
+        k = policy.choose(draft, conf, getattr(self.source, "last_source", None),
+                          forced=not self.options.gate_enabled) if draft else 0
+        if k < len(draft) and self._truncate is not None:
+            self._advise(lambda: self._truncate(k))  # the source counts only what is verified
+        if k < o.min_draft:
+            # Plain step.
             t0 = self.clock() if self.clock else None
             row = self.model.forward_step([self._carried])
             seconds = (self.clock() - t0) if t0 is not None else None
             return self._commit_plain(row, self._carried, forward=True, seconds=seconds)
-        return self._verify([int(t) for t in draft], left, stops, conf)
+        return self._verify(draft[:k], left, stops)
 
     def _advise(self, call: Callable[[], Any]) -> Any:
         """Run one call into the draft source; None, and the source dropped, if it raises (obligation 6)."""
@@ -196,11 +206,12 @@ class SpeculativeDecoder(CommittedStream):
         self.stats.plain_steps += 1
         self.stats.committed += 1
         if forward:
-            self.gate.record_plain(seconds)
+            self.policy.record_plain(seconds)
+        self.policy.observe([t])
         self._advise(lambda: self.source.observe([t]))
         return [t]
 
-    def _verify(self, draft: list[int], left: int, stops: frozenset[int], conf: int | None) -> list[int]:
+    def _verify(self, draft: list[int], left: int, stops: frozenset[int]) -> list[int]:
         model = self.model
         base = model.kv_len  # committed tokens in the cache; the carried one is not yet
         hist_len = len(self.history)
@@ -236,7 +247,8 @@ class SpeculativeDecoder(CommittedStream):
         s.drafted += len(draft)
         s.accepted += sum(1 for c, d in zip(committed, draft) if c == d)  # a prefix: we broke at the mismatch
         s.committed += len(committed)
-        self.gate.record_verify(len(draft), len(committed), seconds, conf)
+        self.policy.record_verify(len(draft), len(committed), seconds)
+        self.policy.observe(committed)
         self._advise(lambda: self.source.observe(committed))
         return committed
 

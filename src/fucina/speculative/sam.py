@@ -373,6 +373,26 @@ class SamIndex:
             return []
         return self._stream[occ + 1: occ + 1 + max_len].tolist()
 
+    def longest_prefix(self, tokens: Sequence[int]) -> int:
+        """Length of the longest prefix of ``tokens`` occurring anywhere in the indexed stream.
+
+        A walk from the root: every path from the root spells a substring, so the walk stops at the
+        first token with no transition. E.g. over [1, 2, 3, 1, 2]: [1, 2, 3, 9] -> 3, [2, 1] -> 1
+        ([2] occurs, [2, 1] does not), [7] -> 0. O(len(tokens)); the replay's retrieval ceiling is
+        built on it.
+        """
+        if self._poisoned:
+            return 0
+        ftok, fto, get = self._ftok, self._fto, self._extra.get
+        v, n = 0, 0
+        for c in tokens:
+            ft = ftok[v]
+            w = fto[v] if ft == c else (get((v << _SHIFT) | c, -1) if ft != -1 else -1)
+            if w == -1:
+                break
+            v, n = w, n + 1
+        return n
+
     # ---- freezing -----------------------------------------------------------------------------
 
     def freeze(self) -> None:

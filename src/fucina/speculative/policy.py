@@ -1,0 +1,291 @@
+"""DraftPolicy: the one economic decision of when to verify and how long (design record §3-§4).
+
+Every step the draft source offers a candidate ``d`` (up to ``max_draft`` tokens) and its
+confidence ``m`` (the source's match length: how many committed tokens its lookup agrees with).
+The policy verifies ``d[:k]`` for the ``k`` that pays best, or takes a plain step:
+
+    p(kind, e)     P(a drafted token is accepted | the tokens before it in the draft were),
+                   where e = m + j - 1 is the match the j-th draft token extends (accepting
+                   token j lengthens the match by one) and kind is the drafting source.
+    E[acc | k]   = sum_{j=1..k} prod_{i=1..j} p(kind, m + i - 1)      expected accepted tokens
+    value(k)     = (E[acc | k] + 1) / C(k + 1)                        tokens per plain-step cost
+
+A verify of k drafts commits accepted + 1 tokens (the correction or bonus is free) and costs
+C(k+1) plain steps, where C is the measured table rescaled live by the observed verify/plain
+timing ratio (clamped EWMA, as in the design record). A plain step commits 1 token for 1 step,
+so verifying pays iff value(k) > 1: the policy verifies the argmax k when value(k) >= 1 + min_gain
+and otherwise steps plainly. One decision replaces per-source muting, the match-length budget
+and the cost-gate lanes: all three were ways of guessing p from too little evidence.
+
+Learning p costs nothing, because the committed stream does not depend on what was verified
+(losslessness): every candidate, verified or not, is scored against the tokens that are
+committed after it. A candidate whose first ``a`` tokens match and whose next one does not gives
+trials j = 1..a+1 (successes j <= a) at e = m + j - 1. So a declined source keeps being measured,
+and nothing needs the design record's probes, backoff or hysteresis: a bad source is never
+verified twice on a guess, and a good one is verified as soon as its record says it pays. Each
+(kind, e-bucket) is a Beta posterior whose prior is ``prior_weight`` pseudo-trials at the
+acceptance the model-free replay measured (``PRIOR_ACCEPTANCE``).
+
+The never-a-loss floor is a consequence, not a rule: the policy only verifies where its
+posterior prices a win, and the posterior is corrected after every step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from fucina.errors import InvalidOption
+from fucina.speculative.costs import CostTable
+
+__all__ = ["PolicyOptions", "DraftPolicy", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label", "kind_of"]
+
+#: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
+#: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
+#: or a source that reports no confidence).
+E_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
+
+#: Per-token acceptance by bucket: every position of the Spec-Bench dev reference answers offered
+#: its candidate and scored against the answer (``python -m fucina.bench.replay --from-bench
+#: --bench-dir ../shared/bench --no-recycling --no-synthetic --priors``; BENCHMARKS.md), the e = 0
+#: bucket from recycling's 5-8%. The agent traces accept more (m1 0.43, m32+ 0.99) but a small
+#: model copies less than a recorded answer, so the lower figures are the safer start. Priors
+#: only: ``prior_weight`` pseudo-trials each, soon outweighed by this generation's own candidates.
+PRIOR_ACCEPTANCE: tuple[float, ...] = (0.05, 0.30, 0.46, 0.53, 0.58, 0.62, 0.62, 0.67, 0.70, 0.77, 0.85, 0.86, 0.91)
+
+
+def e_bucket(e: int) -> int:
+    """Bucket of a match length ``e`` under E_EDGES: 0 for e <= 0, then 1.. for 1, 2, ..., 32+."""
+    return bisect.bisect_right(E_EDGES, e)
+
+
+def e_label(bucket: int) -> str:
+    """Readable range of a bucket: ``m0``, ``m1``, ..., ``m8-11``, ``m32+``."""
+    if bucket == 0:
+        return "m0"
+    lo = E_EDGES[bucket - 1]
+    if bucket == len(E_EDGES):
+        return f"m{lo}+"
+    hi = E_EDGES[bucket] - 1
+    return f"m{lo}" if hi == lo else f"m{lo}-{hi}"
+
+
+#: The confidence given to a source that reports none (no ``confidence()``): the top bucket's, so
+#: its first candidates are verified (as the design record's gate started on) and from then on
+#: its own scored record prices it; a bad one costs a few verifies (the floor tests bound them).
+UNKNOWN_CONFIDENCE = E_EDGES[-1]
+
+_REF = re.compile(r"ref\d+")
+
+
+def kind_of(source_name: str | None) -> str:
+    """The acceptance class of a source name: every reference document (``ref0``, ``ref1``, ...)
+    is one kind, since a prediction and a pasted document are copied alike."""
+    if source_name is None:
+        return "draft"
+    return "reference" if _REF.fullmatch(source_name) else source_name
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Constants of the policy (validated loudly: degenerate values raise InvalidOption)."""
+
+    #: Verify only when the best predicted value(k) >= 1 + min_gain (value 1 = a plain step).
+    min_gain: float = 0.02
+    #: Shortest and longest verified draft.
+    min_draft: int = 2
+    max_draft: int = 16
+    #: Pseudo-trials behind each bucket's prior acceptance.
+    prior_weight: float = 4.0
+    #: Trials a bucket remembers: each new trial discounts its older ones by 1 - 1/memory, so a
+    #: source whose drafts turn bad (or good) mid-generation is re-priced within ~memory trials.
+    memory: int = 64
+    #: The live cost scale: EWMA weight of one timing sample and the clamp on it.
+    scale_alpha: float = 0.2
+    scale_min: float = 0.25
+    scale_max: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.min_gain < 10.0):
+            raise InvalidOption(f"min_gain must be in [0, 10), got {self.min_gain!r}")
+        for name in ("min_draft", "max_draft"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidOption(f"{name} must be an int >= 1, got {v!r}")
+        if self.max_draft < self.min_draft:
+            raise InvalidOption(f"max_draft={self.max_draft} must be >= min_draft={self.min_draft}")
+        if not isinstance(self.memory, int) or isinstance(self.memory, bool) or self.memory < 2:
+            raise InvalidOption(f"memory must be an int >= 2, got {self.memory!r}")
+        if not (self.prior_weight > 0 and math.isfinite(self.prior_weight)):
+            raise InvalidOption(f"prior_weight must be finite and > 0, got {self.prior_weight!r}")
+        if not 0 < self.scale_alpha <= 1:
+            raise InvalidOption(f"scale_alpha must be in (0, 1], got {self.scale_alpha}")
+        if not 0 < self.scale_min <= 1 <= self.scale_max:
+            raise InvalidOption(f"need 0 < scale_min <= 1 <= scale_max, got [{self.scale_min}, {self.scale_max}]")
+
+
+class _Candidate:
+    """A draft offered at one position, scored against the tokens committed after it."""
+
+    __slots__ = ("draft", "base", "kind", "matched")
+
+    def __init__(self, draft: list[int], base: int, kind: str) -> None:
+        self.draft = draft  # invariant: non-empty
+        self.base = base  # the match length behind draft[0]; draft[j] extends a match of base + j
+        self.kind = kind
+        self.matched = 0  # invariant: draft[:matched] equals the tokens committed since the offer
+
+
+class DraftPolicy:
+    """Chooses the verified draft length per step from the cost table and learned acceptance.
+
+    The decoder calls :meth:`choose` with each step's candidate (also when it will not verify: the
+    candidate is scored later for free), :meth:`observe` with every committed slice,
+    :meth:`record_plain` after each plain forward and :meth:`record_verify` after each verify.
+    """
+
+    def __init__(self, table: CostTable, options: PolicyOptions | None = None) -> None:
+        self.table = table
+        self.options = o = options or PolicyOptions()
+        self.scale = 1.0  # live multiplier on the table
+        self.plain_seconds: float | None = None  # EWMA of one plain forward
+        # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
+        self._hits: dict[tuple[str, int], float] = defaultdict(float)
+        self._trials: dict[tuple[str, int], float] = defaultdict(float)
+        # Undiscounted (hits, trials) per (kind, bucket), for reports and the replay's priors.
+        self._scored: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+        self._keep = 1.0 - 1.0 / o.memory
+        self._pending: list[_Candidate] = []  # invariant: every entry unresolved, oldest first
+        self._prior = tuple(o.prior_weight * p for p in PRIOR_ACCEPTANCE)
+        self.declined = 0  # candidates of >= min_draft tokens not verified
+        self.chosen = 0  # verifies chosen by the policy
+        self.last_value: float | None = None  # predicted value of the last decision's best k
+
+    # -- the decision ------------------------------------------------------------------------
+    def acceptance(self, kind: str, e: int) -> float:
+        """Posterior mean of p(kind, e)."""
+        b = e_bucket(e)
+        key = (kind, b)
+        return (self._hits[key] + self._prior[b]) / (self._trials[key] + self.options.prior_weight)
+
+    def verify_cost(self, rows: int) -> float:
+        """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
+        return max(1.0, self.table.cost(rows) * self.scale)
+
+    def best_length(self, n: int, confidence: int | None, kind: str) -> tuple[int, float]:
+        """(k, value(k)) maximizing value over k in [min_draft, min(n, max_draft)]; (0, 1.0) if none."""
+        o = self.options
+        base = confidence or 0
+        best_k, best_v = 0, 1.0
+        survive, expected = 1.0, 0.0
+        for j in range(1, min(n, o.max_draft) + 1):
+            survive *= self.acceptance(kind, base + j - 1 if base else 0)
+            expected += survive
+            if j >= o.min_draft:
+                v = (expected + 1.0) / self.verify_cost(j + 1)
+                if v > best_v:
+                    best_k, best_v = j, v
+        return best_k, best_v
+
+    def choose(self, draft: Sequence[int], confidence: int | None, source_name: str | None,
+               *, forced: bool = False) -> int:
+        """How many tokens of ``draft`` to verify (0 = a plain step); the candidate is kept for scoring.
+
+        ``forced`` (the gate-open ablation) verifies the whole draft but still scores it.
+        """
+        if not draft:
+            self.last_value = None
+            return 0
+        kind = kind_of(source_name)
+        confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
+        self._pending.append(_Candidate([int(t) for t in draft], confidence, kind))
+        o = self.options
+        if forced:
+            return len(draft) if len(draft) >= o.min_draft else 0
+        k, v = self.best_length(len(draft), confidence, kind)
+        self.last_value = v
+        if k and v >= 1.0 + o.min_gain:
+            self.chosen += 1
+            return k
+        if len(draft) >= o.min_draft:
+            self.declined += 1
+        return 0
+
+    # -- observations ------------------------------------------------------------------------
+    def observe(self, committed: Sequence[int]) -> None:
+        """Score pending candidates against newly committed tokens (in stream order)."""
+        if not self._pending:
+            return
+        still: list[_Candidate] = []
+        for c in self._pending:
+            d, j = c.draft, c.matched
+            done = False
+            for t in committed:
+                if d[j] != t:
+                    done = True
+                    break
+                j += 1
+                if j == len(d):
+                    done = True
+                    break
+            c.matched = j
+            if done:
+                self._score(c, accepted=j, complete=j == len(d))
+            else:
+                still.append(c)
+        self._pending = still
+
+    def _score(self, c: _Candidate, *, accepted: int, complete: bool) -> None:
+        # Trials j = 1..accepted are hits at e = base + j - 1; the (accepted+1)-th is the miss.
+        base, kind = c.base, c.kind
+        for j in range(1, accepted + 1):
+            self._trial((kind, e_bucket(base + j - 1 if base else 0)), 1.0)
+        if not complete:
+            self._trial((kind, e_bucket(base + accepted if base else 0)), 0.0)
+
+    def _trial(self, key: tuple[str, int], hit: float) -> None:
+        keep = self._keep
+        self._hits[key] = self._hits[key] * keep + hit
+        self._trials[key] = self._trials[key] * keep + 1.0
+        tally = self._scored[key]
+        tally[0] += int(hit)
+        tally[1] += 1
+
+    def reset_pending(self) -> None:
+        """Forget unscored candidates (the stream they would be scored on was cut off)."""
+        self._pending.clear()
+
+    def record_plain(self, seconds: float | None = None) -> None:
+        """A plain forward took ``seconds`` (None: no clock)."""
+        if seconds is not None and seconds > 0:
+            a = self.options.scale_alpha
+            self.plain_seconds = seconds if self.plain_seconds is None else (1 - a) * self.plain_seconds + a * seconds
+
+    def record_verify(self, drafted: int, committed: int, seconds: float | None = None) -> None:
+        """A verify of ``drafted`` tokens took ``seconds``; moves the live scale (committed is unused:
+        acceptance is learned from the candidates)."""
+        o = self.options
+        if seconds is not None and seconds > 0 and self.plain_seconds:
+            ratio = (seconds / self.plain_seconds) / self.table.cost(drafted + 1)
+            ratio = min(o.scale_max, max(o.scale_min, ratio))
+            self.scale = min(o.scale_max, max(o.scale_min, (1 - o.scale_alpha) * self.scale + o.scale_alpha * ratio))
+
+    # -- summaries ---------------------------------------------------------------------------
+    def learned(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Every trial scored so far (undiscounted), per kind and bucket: {kind: {label: (hits, trials)}}."""
+        out: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+        for (kind, b), (h, n) in sorted(self._scored.items()):
+            out[kind][e_label(b)] = (h, n)
+        return dict(out)
+
+    def summary(self) -> dict[str, object]:
+        """JSON-ready state for stats lines and benches."""
+        return {"chosen": self.chosen, "declined": self.declined, "scale": round(self.scale, 3),
+                "learned": {k: {b: list(v) for b, v in d.items()} for k, d in self.learned().items()}}
+
+    def __str__(self) -> str:
+        return f"policy: chosen={self.chosen} declined={self.declined} scale={self.scale:.2f}"
