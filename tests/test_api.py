@@ -288,3 +288,42 @@ def test_gemma_base_model_has_no_chat_template_but_completes():
         llm.chat([{"role": "user", "content": "Hi"}])
     assert llm.complete("The capital of France is", max_tokens=4, temperature=0).usage.completion_tokens == 4
     llm.close()
+
+
+# -- cross-request indexes (issue 14) ------------------------------------------------------------------
+
+def test_cross_request_drafts_from_earlier_calls_records_finished_ones_and_changes_nothing():
+    from fucina.speculative.core import SpecOptions
+    from fucina.speculative.crossreq import CrossRequestIndex
+
+    secret = "qz7 vek9 plum3 rork8 nib2 sowt5 kelm1 drab4 yust6 fenw0 gosh7 lirt3 " * 2
+    half = secret[: len(secret) // 2]
+    llm = make_llm(spec_options=SpecOptions(gate_enabled=False))
+    store = CrossRequestIndex(4096)
+    first = llm.complete(secret, max_tokens=16, temperature=0, cross_request=store)
+    assert store.n_documents == 1 and store.n_tokens == first.usage.prompt_tokens + first.usage.completion_tokens
+    r = llm.complete(half, max_tokens=16, temperature=0, cross_request=store)
+    cross = {s.name: s for s in r.stats.sources}["cross-request"]
+    assert cross.drafted > 0 and store.n_documents == 2
+    assert r.text == llm.complete(half, max_tokens=16, temperature=0, speculative=False).text
+    # An interrupted stream is not recorded: only finished calls are what later calls repeat.
+    stream = llm.complete(half, max_tokens=16, temperature=0, cross_request=store, stream=True)
+    next(stream)
+    stream.close()
+    assert store.n_documents == 2
+
+
+def test_cross_request_must_be_a_store():
+    with pytest.raises(InvalidOption) as e:
+        make_llm().complete("x", cross_request={"not": "a store"})
+    assert e.value.param == "cross_request"
+
+
+def test_calls_share_what_the_drafting_policy_learned():
+    llm = make_llm()
+    llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
+    model = llm._acceptance
+    scored = sum(n for d in model.learned().values() for _, n in d.values())
+    llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
+    assert llm._acceptance is model and scored > 0
+    assert sum(n for d in model.learned().values() for _, n in d.values()) > scored

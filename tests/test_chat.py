@@ -351,10 +351,13 @@ def test_turn_gate_passes_confidence_through_until_the_stop():
     gate.open()
     gate.observe([1, 2, 3, 4, 1, 2])
     gate.arm([S])
-    assert gate.confidence() == index.confidence() == 2  # the decoder gets its gate lanes
+    assert gate.confidence() == index.confidence() == 2  # the decoder's policy prices by it
+    assert gate.suggest([1, 2, 3, 4, 1, 2], 4) == [3, 4, 1, 2] and gate.last_source == "conversation"
+    gate.truncate_pending(0)
     gate.observe([3, S])
     assert gate.confidence() == 0  # closed turn: nothing will be drafted
-    assert TurnGate(object()).confidence is None  # a source without confidence: single-lane gate
+    assert TurnGate(object()).confidence is None  # a source without confidence: priced by its record
+    assert TurnGate(object()).last_source is None
 
 
 def test_conversation_sam_equals_sam_of_committed_stream_after_turns():

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
 
 from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
                            TooManyReferences)
@@ -40,6 +40,9 @@ from fucina.results import (Completion, CompletionChunk, FinishReason, SourceRep
                             Timings, Usage)
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.costs import CostTable
+
+if TYPE_CHECKING:
+    from fucina.speculative.crossreq import CrossRequestStore
 
 __all__ = ["LLM", "MAX_REFERENCES"]
 
@@ -60,6 +63,8 @@ class _Request:
     stop_token_ids: frozenset[int]
     references: tuple[tuple[int, ...], ...]
     speculative: bool
+    #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
+    cross_request: Any = None
 
 
 class LLM:
@@ -129,6 +134,7 @@ class LLM:
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
+        self._acceptance = None  # the drafting policy's AcceptanceModel, shared by this LLM's calls
         #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
         self.prefix_cache = PrefixCache(self.model)
         self._cost_source = cost_table
@@ -159,6 +165,7 @@ class LLM:
         references: Sequence[Union[str, Sequence[int]]] = (),
         speculative: bool | None = None,
         stream: bool = False,
+        cross_request: "CrossRequestStore | None" = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """Continue ``prompt`` (text, whose special-token markers are parsed; or token ids, used as they are).
 
@@ -166,6 +173,10 @@ class LLM:
         to an end token or the end of the context. ``seed=None`` draws a fresh seed; give one to
         reproduce a sampled call. ``stop``: strings that end the text (not included).
         ``references``: up to 8 documents (text or token ids) to draft from in this call.
+        ``cross_request``: one tenant's :class:`~fucina.speculative.crossreq.CrossRequestIndex` (or
+        any store with ``snapshot()`` and ``add(tokens)``): with speculation the call also drafts
+        from the earlier calls it holds, and a call that finishes adds its prompt and output to it.
+        Never share one between callers who must not learn each other's text (a timing channel).
         With ``stream=True`` returns an iterator of :class:`CompletionChunk`, else a
         :class:`Completion`. Bad arguments raise :class:`~fucina.errors.InvalidOption` (its ``param``
         names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
@@ -194,6 +205,7 @@ class LLM:
         references: Sequence[Union[str, Sequence[int]]] = (),
         speculative: bool | None = None,
         stream: bool = False,
+        cross_request: "CrossRequestStore | None" = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
 
@@ -301,7 +313,11 @@ class LLM:
         refs = self._references(args["references"])
         if refs and not speculative:
             raise InvalidOption("references feed speculation; they need speculative=True", param="references")
-        return _Request(max_tokens, sampler, stops, stop_ids, refs, speculative)
+        cross = args["cross_request"]
+        if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
+            raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
+                                f"got {type(cross).__name__}", param="cross_request")
+        return _Request(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
 
     def _references(self, references: Any) -> tuple[tuple[int, ...], ...]:
         if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
@@ -420,8 +436,16 @@ class LLM:
         index = SpeculationIndex(self.model.vocab_size, options_for_costs(self._table))
         for ref in req.references:
             index.add_reference(ref)
-        return SpeculativeDecoder(self.model, index, sampler, self._decoder_options(), cost_table=self._table,
-                                  clock=time.perf_counter)
+        if req.cross_request is not None:
+            index.set_cross_request(req.cross_request.snapshot())
+        options = self._decoder_options()
+        if self._acceptance is None:
+            from fucina.speculative.policy import AcceptanceModel
+
+            # One per LLM: each call starts from what earlier calls learned of the sources' acceptance.
+            self._acceptance = AcceptanceModel.for_options(options.policy)
+        return SpeculativeDecoder(self.model, index, sampler, options, cost_table=self._table,
+                                  clock=time.perf_counter, acceptance=self._acceptance)
 
     # -- generation ------------------------------------------------------------------------------
 
@@ -501,6 +525,9 @@ class LLM:
             tokens.close()
             self.prefix_cache.settle(decoder.history)
         t_end = time.perf_counter()
+        if req.cross_request is not None:
+            # A finished call is what the next ones may repeat: prompt and output, as committed.
+            req.cross_request.add(prompt + generated)
         timings = Timings(t_fed - t0, (first or t_end) - t0, t_end - t_fed, len(generated))
         usage = Usage(len(prompt), len(generated), reused)
         yield CompletionChunk("", tuple(unsent), finish, usage, timings, self._speculation_report(decoder))

@@ -161,10 +161,15 @@ class TurnGate:
         self._state = self._PASS
         #: Tokens withheld from the index so far (observability for tests and stats).
         self.dropped = 0
-        # The decoder's gate lanes need the wrapped index's confidence; a closed turn drafts nothing.
+        # The decoder's policy prices drafts by the wrapped index's confidence; a closed turn drafts nothing.
         inner_confidence = getattr(inner, "confidence", None)
         self.confidence = ((lambda: 0 if self._state == self._CLOSED else inner_confidence())
                            if callable(inner_confidence) else None)
+
+    @property
+    def last_source(self) -> str | None:
+        """The wrapped index's name for the source of its last draft (the policy learns per kind)."""
+        return getattr(self.inner, "last_source", None)
 
     @property
     def wants_topk(self) -> bool:
@@ -227,6 +232,10 @@ class TurnGate:
                     break
         if n:
             self.inner.observe_topk(list(inputs[:n]), topk[:n])
+
+    def truncate_pending(self, n: int) -> None:
+        """The decoder verifies only ``n`` tokens of the last draft (0: none); forwarded to the index."""
+        self._truncate_pending(n)
 
     def _truncate_pending(self, n: int) -> None:
         trunc = getattr(self.inner, "truncate_pending", None)

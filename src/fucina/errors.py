@@ -43,18 +43,6 @@ class CostTableEmpty(InvalidOption):
     """A cost table with no measured points."""
 
 
-class RateWindowTooSmall(InvalidOption):
-    """The gate's rolling window cannot hold the verifies it needs to evaluate."""
-
-
-class ProbeStepsZero(InvalidOption):
-    """A re-probe of zero verifies could never re-enable speculation."""
-
-
-class ReprobeAfterZero(InvalidOption):
-    """Re-probing after zero plain steps would never let a tripped gate rest."""
-
-
 class InvalidArgument(FucinaError, ValueError):
     """A call argument is malformed: wrong array shape, a negative count, k out of range."""
 

@@ -3,6 +3,9 @@
 Glossary of the speculation counters (the same words in stats, logs and the server's ``fucina``
 block):
 
+* a **candidate** is what the draft sources offer at a step; the drafting policy verifies a prefix
+  of it or **declines** it (a plain step), and scores every candidate against the tokens committed
+  after it either way (:mod:`fucina.speculative.policy`);
 * **drafted** — tokens a draft source proposed and one batched forward verified;
 * **accepted** — drafted tokens the sampler then picked itself (a prefix of each draft);
 * a **correction** token is the sampler's own pick at the first rejected position, and a **bonus**

@@ -38,6 +38,12 @@ def test_flags_and_key_file(tmp_path):
     assert (s.port, s.max_queue, s.max_tokens_limit) == (0, 3, 256)
     assert (args.model, args.ctx, args.threads, args.exact, args.no_spec) == ("smollm2-135m", 2048, 1, True, True)
     assert "key-a" not in repr(s)  # keys never show in logs
+    assert (s.cross_request_tokens, s.index_dir) == (0, None)  # off by default
+
+
+def test_cross_request_flags(tmp_path):
+    s = serve_cli.settings_from_args(parse("--cross-request-tokens", "65536", "--index-dir", str(tmp_path)))
+    assert s.cross_request_tokens == 65536 and s.index_dir == tmp_path
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -46,6 +52,7 @@ def test_flags_and_key_file(tmp_path):
     (("--max-queue", "x"), "serve"),
     (("--api-key", ""), "api-key"),
     (("--api-key-file", "/nonexistent/keys"), "keys"),
+    (("--index-dir", "/tmp/fucina-idx"), "cross_request_tokens"),
 ])
 def test_bad_flags_are_one_line_errors(argv, message):
     with pytest.raises(CliError) as exc:

@@ -361,7 +361,7 @@ def test_recycling_only_where_the_measured_costs_let_it_pay():
     assert options_for_costs(gpu, CascadeOptions(recycling=False)).recycling is False
 
 
-# -- confidence (the decoder's gate lane) ------------------------------------------------------------
+# -- confidence (what the decoder's policy prices a draft by) --------------------------------------------------------
 
 def test_confidence_is_the_match_behind_the_next_draft():
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])

@@ -196,15 +196,15 @@ def test_token_budget_is_exact_with_long_drafts():
 
 
 class Phased(ScriptedSource):
-    """Perfect drafts for ``period`` suggests, then garbage for as many, and so on; a constant,
+    """Perfect drafts for ``good`` suggests, then garbage for ``bad``, and so on; a constant,
     uninformative confidence, so the policy can only tell the phases apart by scoring candidates."""
 
-    def __init__(self, *a, period: int = 12, **kw) -> None:
+    def __init__(self, *a, good: int = 24, bad: int = 40, **kw) -> None:
         super().__init__(*a, **kw)
-        self.period = period
+        self.good, self.bad = good, bad
 
     def suggest(self, context, budget):
-        self.mode = "perfect" if (self._calls // self.period) % 2 == 0 else "garbage"
+        self.mode = "perfect" if self._calls % (self.good + self.bad) < self.good else "garbage"
         return super().suggest(context, budget)
 
     def confidence(self) -> int:
@@ -215,15 +215,15 @@ class Phased(ScriptedSource):
 def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
     """The policy verifies, declines and resumes (candidates keep being scored while declined);
     the committed stream never changes."""
-    prompt, plain, _ = plain_run(opts, n=400)
+    prompt, plain, _ = plain_run(opts, n=600)
     m = FakeModel(seed=0)
     src = Phased(prompt + plain, m.vocab_size, "perfect", seed=2)
-    costly = CostTable(((2, 1.9), (17, 9.0)), "test: costly verifies")
+    costly = CostTable(((2, 1.5), (17, 4.0)), "test: verifies that pay only when drafts are right")
     d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=PolicyOptions(prior_weight=1.0)),
                            cost_table=costly)
     d.feed(prompt)
     out, kinds, seen = [], [], (0, 0)
-    for t in d.generate(400):
+    for t in d.generate(600):
         out.append(t)
         now = (d.stats.steps, d.stats.verifies)
         if now[0] != seen[0]:

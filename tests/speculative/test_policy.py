@@ -205,3 +205,19 @@ def test_summary_and_str():
     d = p.summary()
     assert d["declined"] == 1 and d["chosen"] == 0 and d["learned"]["conversation"]["m1"] == [1, 1]
     assert "declined=1" in str(p)
+
+
+def test_an_acceptance_model_carries_what_one_generation_learned_into_the_next():
+    from fucina.speculative.policy import AcceptanceModel
+
+    shared = AcceptanceModel()
+    first = DraftPolicy(TABLE, acceptance=shared)
+    for i in range(100):  # long-match candidates that always miss
+        first.choose([7] * 8, 40, "conversation")
+        first.observe([i % 5])
+    fresh, second = DraftPolicy(TABLE), DraftPolicy(TABLE, acceptance=shared)
+    assert fresh.choose([7] * 8, 40, "conversation") > 0  # the prior of a 40-token match says verify
+    assert second.choose([7] * 8, 40, "conversation") == 0  # the shared record says it loses
+    assert second.learned() == first.learned() and second.learned()["conversation"]["m32+"][1] == 100
+    with pytest.raises(InvalidOption):
+        AcceptanceModel(memory=1)

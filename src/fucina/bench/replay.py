@@ -168,12 +168,14 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
 
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
                   synth_topk: bool = False, options: CascadeOptions | None = None,
-                  table: CostTable | None = None, cross_request_tokens: int | None = None) -> None:
+                  table: CostTable | None = None, cross_request_tokens: int | None = None,
+                  use_policy: bool = True) -> None:
     """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``.
 
-    With ``table`` the drafting policy chooses each verified length (priced under ``table``);
-    without it every candidate is verified whole (the index's raw acceptance). With
-    ``cross_request_tokens`` the stream's ``earlier`` requests are a cross-request source.
+    With ``table`` every step is priced under it and (unless ``use_policy`` is false) the drafting
+    policy chooses each verified length; otherwise every candidate is verified whole (the index's
+    raw acceptance). With ``cross_request_tokens`` the stream's ``earlier`` requests are a
+    cross-request source.
     """
     idx = SpeculationIndex(vocab_size, options)
     for ref in stream.references:
@@ -187,7 +189,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         snap = cross.snapshot()
         if snap is not None:
             idx.set_cross_request(snap)
-    policy = DraftPolicy(table, PolicyOptions(max_draft=budget)) if table is not None else None
+    policy = DraftPolicy(table, PolicyOptions(max_draft=budget)) if table is not None and use_policy else None
     full = stream.prompt + stream.continuation
     start = len(stream.prompt)
     if start == 0:
@@ -356,12 +358,13 @@ def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKE
 
 
 def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: bool,
-                 table: CostTable | None = None) -> str:
+                 table: CostTable | None = None, policy: bool = True) -> str:
     """The human-readable report."""
     topk = "synthesized from the stream's bigrams" if synth_topk else "none (committed bigrams only)"
     head = f"replay: budget {budget}; recycling top-K: {topk}"
     if table is not None:
-        head += f"\npolicy in the loop, priced under: {table.source or 'a cost table'}"
+        how = "the drafting policy chooses what is verified" if policy else "every candidate verified whole"
+        head += f"\n{how}; priced under: {table.source or 'a cost table'}"
     lines = [head, f"{'workload / source':<30}{'steps':>8}{'tokens':>9}{'tok/step':>10}{'µs/step':>10}"
              f"{'drafted':>9}{'accept':>8}{'mean acc':>10}{'speedup':>9}{'ceiling':>15}"]
     for r in results:
@@ -447,6 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="a verify cost table (JSON, as cached by fucina): the policy chooses the "
                               "verified lengths and every step is priced under it")
     pricing.add_argument("--flat", action="store_true", help="the same under C(n) = 1 + 0.03 (n - 1)")
+    ap.add_argument("--no-policy", action="store_true",
+                    help="with a table: verify every candidate whole, priced under the table")
+    ap.add_argument("--legacy-cascade", action="store_true",
+                    help="the design record's selection constants (beta 2, matches from 2 tokens, muting "
+                         "below 20%%), i.e. the cascade before the drafting policy")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="index vocabulary (default: the tokenizer's, else max id + 1)")
     ap.add_argument("--seed", type=int, default=0, help="synthetic transcript seed")
@@ -506,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-    opts = CascadeOptions(recycling=not a.no_recycling)
+    legacy = dict(beta=2, min_match=2, mute_below=0.2) if a.legacy_cascade else {}
+    opts = CascadeOptions(recycling=not a.no_recycling, **legacy)
     if a.priors:
         for name, streams in workloads.items():
             v = vocab or (max((t for s in streams for t in s.prompt + s.continuation), default=0) + 1)
@@ -524,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
             replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
-                          table=table, cross_request_tokens=cross)
+                          table=table, cross_request_tokens=cross, use_policy=not a.no_policy)
         results.append(result)
 
     if a.json:
@@ -533,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "bench_rows_skipped": skipped,
                           "workloads": [r.as_dict() for r in results]}, indent=2))
     else:
-        print(format_table(results, a.budget, a.synth_topk, table))
+        print(format_table(results, a.budget, a.synth_topk, table, policy=not a.no_policy))
         if skipped:
             print(f"({skipped} bench rows without a reference answer skipped)")
     return 0

@@ -32,7 +32,7 @@ from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-from fucina.speculative.policy import PolicyOptions
+from fucina.speculative.policy import AcceptanceModel, PolicyOptions
 from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
@@ -377,7 +377,8 @@ def _extra(decoder: SpeculativeDecoder) -> dict:
 
 def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_stream: Sequence[int],
               clock: Clock, model_name: str, repeat: int,
-              policy: PolicyOptions | None = None) -> tuple[RunRecord, list[int]]:
+              policy: PolicyOptions | None = None,
+              acceptance: AcceptanceModel | None = None) -> tuple[RunRecord, list[int]]:
     stops = frozenset(model.eos_ids)
     model.reset()
     s0 = clock()
@@ -387,7 +388,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     else:
         opts = SpecOptions(policy=policy or PolicyOptions(), gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
-                                     cost_table=cost_table, clock=time.perf_counter)
+                                     cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
     setup = clock() - s0
     gc.collect()  # same starting heap for every method; collection stays on during the run
     t0 = clock()
@@ -473,6 +474,8 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
     if peer is None and any(m in PEER_METHODS for m in methods):
         raise InvalidOption("peer methods need a peer engine")
     result = SuiteResult()
+    # One acceptance model per method for the whole suite, as one LLM keeps across its calls.
+    learned = {m: AcceptanceModel.for_options(policy or PolicyOptions()) for m in methods}
     for p in prepare(model, tasks):
         pending: list[tuple[RunRecord, list[int], list[int]]] = []  # diverged greedy runs
         for repeat in range(repeats):
@@ -482,7 +485,7 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
                     rec, out = _run_peer(peer, model, p, method, clock, model_name, repeat)
                 else:
                     rec, out = _run_ours(model, p, method, cost_table, [*p.prompt, *plain_out], clock,
-                                         model_name, repeat, policy)
+                                         model_name, repeat, policy, learned[method])
                 if method == "plain":
                     plain_out = out
                 rec.first_diff = first_difference(plain_out, out)

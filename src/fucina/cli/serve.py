@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"requests that may wait while one runs; more get 429 (default {DEFAULT_MAX_QUEUE})")
     p.add_argument("--max-tokens-limit", type=positive_int, default=0, metavar="N",
                    help="most tokens a request may generate (default 0: up to the context length)")
+    p.add_argument("--cross-request-tokens", type=positive_int, default=0, metavar="N",
+                   help="keep each tenant's (API key's) earlier prompts and outputs, up to N tokens, "
+                        "and draft its later requests from them; never across tenants (default 0: off)")
+    p.add_argument("--index-dir", metavar="DIR",
+                   help="persist the cross-request indexes in DIR across restarts (needs --cross-request-tokens)")
     p.set_defaults(handler=run)
 
 
@@ -72,7 +77,8 @@ def settings_from_args(args: argparse.Namespace):
             raise CliError(f"fucina serve: {exc}") from None
     try:
         return ServerSettings(host=args.host, port=args.port, api_keys=api_keys(args), max_queue=args.max_queue,
-                              max_tokens_limit=args.max_tokens_limit or None)
+                              max_tokens_limit=args.max_tokens_limit or None,
+                              cross_request_tokens=args.cross_request_tokens, index_dir=args.index_dir)
     except InvalidOption as exc:
         raise CliError(f"fucina serve: {exc}") from None
 
@@ -98,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
             shown = f"[{host}]" if ":" in host else host
             log.info("fucina serve: http://%s:%d/v1 model=%s level=%s speculation=%s%s", shown, port, state.model_id,
                      state.level, "off" if args.no_spec else "on", " (API key required)" if settings.api_keys else "")
+            if state.tenants is not None:
+                log.info("fucina serve: cross-request indexes of up to %d tokens per tenant%s",
+                         settings.cross_request_tokens,
+                         f", persisted in {settings.index_dir}" if settings.index_dir else " (in memory)")
             if not settings.loopback and not settings.api_keys:
                 log.warning("listening on %s without an API key: anyone who can reach it can use the model",
                             settings.host)

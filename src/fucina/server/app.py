@@ -21,6 +21,7 @@ build) a speculative answer follows plain decoding's distribution but may differ
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -44,6 +45,7 @@ from fucina.server.errors import APIError, engine_fault, from_fucina, from_valid
 from fucina.server.metrics import Metrics
 from fucina.server.settings import ServerSettings
 from fucina.server.worker import Job, QueueFull, Worker
+from fucina.speculative.crossreq import TenantIndexes
 
 log = logging.getLogger("fucina.server")
 
@@ -66,6 +68,8 @@ class ServerState:
     fingerprint: str
     metrics: Metrics
     worker: Worker
+    #: Per-tenant cross-request indexes (None when ``cross_request_tokens`` is 0).
+    tenants: TenantIndexes | None = None
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -83,6 +87,18 @@ def system_fingerprint(llm, level: str) -> str:
     return f"fucina-{__version__}-{engine}-{level}"
 
 
+#: Text whose token ids tell one tokenizer from another (the persisted indexes hold token ids).
+_PROBE = "Fucina's probe: naïve café, 1234567890, def f(x): return x ** 2  # €\n\t"
+
+
+def tokenizer_fingerprint(llm) -> str:
+    """Identifies the tokenizer a persisted cross-request index was written with: the model's name,
+    vocabulary size and the ids of a probe text. A file with another fingerprint is never loaded."""
+    ids = llm.tokenize(_PROBE, add_bos=False)
+    digest = hashlib.sha256(" ".join(map(str, ids)).encode()).hexdigest()[:16]
+    return f"{llm.name}|vocab={llm.model.vocab_size}|probe={digest}"
+
+
 def create_app(llm, settings: ServerSettings | None = None) -> FastAPI:
     """The OpenAI-compatible app serving ``llm`` (a :class:`fucina.LLM`) under the id ``llm.name``.
 
@@ -93,7 +109,14 @@ def create_app(llm, settings: ServerSettings | None = None) -> FastAPI:
     level = llm.level if llm.speculative else "exact"  # plain decoding is its own reference
     metrics = Metrics()
     worker = Worker(llm, settings.max_queue, on_fault=lambda: metrics.add("engine_faults_total", 1))
-    state = ServerState(llm, settings, str(llm.name), level, system_fingerprint(llm, level), metrics, worker)
+    tenants = None
+    if settings.cross_request_tokens and llm.speculative:
+        tenants = TenantIndexes(max_tokens=settings.cross_request_tokens, index_dir=settings.index_dir,
+                                fingerprint=tokenizer_fingerprint(llm))
+        metrics.gauge("cross_request_bytes", "Bytes the tenants' cross-request indexes hold.", tenants.nbytes)
+        metrics.gauge("cross_request_tokens", "Tokens the tenants' cross-request indexes hold.", tenants.n_tokens)
+    state = ServerState(llm, settings, str(llm.name), level, system_fingerprint(llm, level), metrics, worker,
+                        tenants)
     metrics.gauge("queue_depth", "Requests waiting for the worker.", lambda: worker.depth)
     metrics.gauge("busy", "1 while a generation runs.", lambda: int(worker.busy))
     metrics.gauge("prefix_slots", "Saved KV-cache prefix snapshots.", lambda: len(_slots(llm)))
@@ -175,17 +198,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         return APIError(500, "internal server error", type="server_error", code="internal_error").response()
 
 
-def _authorize(request: Request, settings: ServerSettings) -> None:
+def _authorize(request: Request, settings: ServerSettings) -> str | None:
+    """The request's API key (None when the server has none); 401 unless it is one of them."""
     if not settings.api_keys:
-        return
+        return None
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     given = token.strip().encode("utf-8", "replace")
-    ok = False
+    ok, matched = False, None
     for key in settings.api_keys:  # every key compared, in constant time each
-        ok |= hmac.compare_digest(given, key.encode("utf-8"))
+        hit = hmac.compare_digest(given, key.encode("utf-8"))
+        ok |= hit
+        matched = key if hit else matched
     if scheme.lower() != "bearer" or not ok:
         raise APIError(401, "missing or invalid API key (send Authorization: Bearer KEY)",
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    return matched
 
 
 def _model_not_found(model: str, state: ServerState) -> APIError:
@@ -243,7 +270,7 @@ class _Call:
     stats: bool = False
 
 
-def _parse(endpoint: str, body: dict[str, Any], state: ServerState) -> _Call:
+def _parse(endpoint: str, body: dict[str, Any], state: ServerState, tenant: str = "default") -> _Call:
     model_cls = t.ChatCompletionRequest if endpoint == CHAT else t.CompletionRequest
     try:
         req = model_cls.model_validate(body)
@@ -298,6 +325,10 @@ def _parse(endpoint: str, body: dict[str, Any], state: ServerState) -> _Call:
     prediction = bool(req.prediction) and speculative
     if refs and speculative:
         options["references"] = list(refs)
+    if state.tenants is not None and speculative:
+        # Only this tenant's own earlier requests: drafting from another's would leak its text
+        # through timing (a repeat of it would run measurably faster).
+        options["cross_request"] = state.tenants.store(tenant)
     if endpoint == CHAT:
         messages = [{"role": m.role, "content": m.content} for m in req.messages]
 
@@ -327,12 +358,12 @@ async def _handle(request: Request, state: ServerState, endpoint: str):
     t0 = time.perf_counter()
     job: Job | None = None
     try:
-        _authorize(request, state.settings)
+        key = _authorize(request, state.settings)
         try:
             body = await _read_json(request, state.settings.max_body_bytes)
         except ClientDisconnect:
             raise APIError(CLIENT_CLOSED, "the client closed the connection") from None
-        call = _parse(endpoint, body, state)
+        call = _parse(endpoint, body, state, TenantIndexes.tenant_of(key))
         job = Job(call.start, asyncio.get_running_loop())
         try:
             state.worker.submit(job)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fucina.errors import InvalidOption
 
@@ -26,6 +27,10 @@ class ServerSettings:
         max_body_bytes: largest request body (413 beyond it).
         completion_max_tokens: ``max_tokens`` of ``/v1/completions`` when absent (OpenAI's 16).
         retry_after_seconds: the ``Retry-After`` header of a 429.
+        cross_request_tokens: bound of each tenant's cross-request index (its earlier prompts and
+            outputs, drafted from by its later requests); 0 = off. A tenant is an API key (one
+            tenant without keys); no request ever drafts from another tenant's text.
+        index_dir: where tenants' cross-request indexes persist across restarts (None = memory only).
     """
 
     host: str = "127.0.0.1"
@@ -36,6 +41,8 @@ class ServerSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     completion_max_tokens: int = 16
     retry_after_seconds: int = 1
+    cross_request_tokens: int = 0
+    index_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -53,6 +60,14 @@ class ServerSettings:
         _int(self.max_body_bytes, "max_body_bytes", 1024, 1 << 30)
         _int(self.completion_max_tokens, "completion_max_tokens", 1, 1 << 31)
         _int(self.retry_after_seconds, "retry_after_seconds", 0, 3600)
+        _int(self.cross_request_tokens, "cross_request_tokens", 0, 1 << 30)
+        if self.index_dir is not None:
+            if not isinstance(self.index_dir, (str, Path)) or not str(self.index_dir):
+                raise InvalidOption("index_dir must be a directory path", param="index_dir")
+            if not self.cross_request_tokens:
+                raise InvalidOption("index_dir persists cross-request indexes; it needs cross_request_tokens > 0",
+                                    param="index_dir")
+            object.__setattr__(self, "index_dir", Path(self.index_dir))
 
     @property
     def loopback(self) -> bool:

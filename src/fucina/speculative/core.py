@@ -35,7 +35,7 @@ from fucina.errors import InvalidOption, NotRewindable
 from fucina.generate import CommittedStream
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import DraftPolicy, PolicyOptions
+from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions
 from fucina.speculative.source import DraftSource
 from fucina.speculative.topk import topk_rows
 
@@ -108,6 +108,7 @@ class SpeculativeDecoder(CommittedStream):
         cost_table: CostTable,
         clock: Callable[[], float] | None = None,
         row_hook: RowHook | None = None,
+        acceptance: AcceptanceModel | None = None,
     ) -> None:
         if not getattr(model, "rewindable", True):
             raise NotRewindable(
@@ -123,7 +124,8 @@ class SpeculativeDecoder(CommittedStream):
         self._confidence = confidence if callable(confidence) else None
         truncate = getattr(source, "truncate_pending", None)
         self._truncate = truncate if callable(truncate) else None
-        self.policy = DraftPolicy(cost_table, self.options.policy)
+        # ``acceptance``: what earlier generations learned of the sources (None: start from the priors).
+        self.policy = DraftPolicy(cost_table, self.options.policy, acceptance=acceptance)
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()

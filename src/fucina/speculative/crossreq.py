@@ -43,13 +43,13 @@ from collections import deque
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from fucina.errors import InvalidArgument, InvalidOption, InvalidToken, SamIntegrityError
 from fucina.speculative.sam import SamCursor, SamIndex
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "SEPARATOR", "CrossCursor", "CrossRequestIndex",
-           "CrossSnapshot", "TenantIndexes"]
+           "CrossRequestStore", "CrossSnapshot", "TenantIndexes", "TenantStore"]
 
 log = logging.getLogger("fucina.crossreq")
 
@@ -293,6 +293,14 @@ def _decode(data: bytes, fingerprint: str) -> list[array]:
     return docs
 
 
+class CrossRequestStore(Protocol):
+    """What ``LLM.complete(cross_request=...)`` takes: a CrossRequestIndex, or a TenantStore."""
+
+    def snapshot(self) -> CrossSnapshot | None: ...
+
+    def add(self, tokens: Sequence[int]) -> None: ...
+
+
 class TenantIndexes:
     """One CrossRequestIndex per tenant, optionally persisted in a directory."""
 
@@ -379,12 +387,37 @@ class TenantIndexes:
                 with suppress(OSError):
                     tmp.unlink(missing_ok=True)
 
+    def store(self, tenant: str) -> "TenantStore":
+        """The tenant's store, to pass as ``cross_request`` (validates the tenant id now)."""
+        self._path(tenant)
+        return TenantStore(self, tenant)
+
     def tenants(self) -> list[str]:
         """Tenants used in this process (created or loaded), sorted."""
         with self._lock:
             return sorted(self._indexes)
 
+    def n_tokens(self) -> int:
+        """Tokens held by every tenant's index."""
+        with self._lock:
+            return sum(index.n_tokens for index in self._indexes.values())
+
     def nbytes(self) -> int:
         """Bytes held by every tenant's index."""
         with self._lock:
             return sum(index.nbytes() for index in self._indexes.values())
+
+
+@dataclass(frozen=True)
+class TenantStore:
+    """One tenant's slot of a :class:`TenantIndexes` as a :class:`CrossRequestStore`: snapshots of
+    that tenant's index only, and ``add`` records (and persists) into it."""
+
+    indexes: TenantIndexes
+    tenant: str
+
+    def snapshot(self) -> CrossSnapshot | None:
+        return self.indexes.get(self.tenant).snapshot()
+
+    def add(self, tokens: Sequence[int]) -> None:
+        self.indexes.record(self.tenant, tokens)

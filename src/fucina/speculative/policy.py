@@ -42,7 +42,7 @@ from typing import Sequence
 from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
-__all__ = ["PolicyOptions", "DraftPolicy", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label", "kind_of"]
+__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -94,8 +94,10 @@ def kind_of(source_name: str | None) -> str:
 class PolicyOptions:
     """Constants of the policy (validated loudly: degenerate values raise InvalidOption)."""
 
-    #: Verify only when the best predicted value(k) >= 1 + min_gain (value 1 = a plain step).
-    min_gain: float = 0.02
+    #: Verify only when the best predicted value(k) >= 1 + min_gain (value 1 = a plain step). 10%:
+    #: a verify predicted to win less is within the estimate's error, and on this CPU such marginal
+    #: verifies were what lost time on free text (BENCHMARKS.md, "One drafting policy").
+    min_gain: float = 0.10
     #: Shortest and longest verified draft.
     min_draft: int = 2
     max_draft: int = 16
@@ -140,6 +142,53 @@ class _Candidate:
         self.matched = 0  # invariant: draft[:matched] equals the tokens committed since the offer
 
 
+class AcceptanceModel:
+    """The learned p(kind, e): discounted Beta posteriors per (kind, bucket) over the priors.
+
+    One model may outlive a generation: :class:`fucina.LLM` keeps one per model and hands it to
+    every call's decoder, so a call starts from what earlier calls scored instead of from the
+    priors (per-bucket acceptance rates, never text: sharing them across callers leaks nothing a
+    draft could). Not thread-safe; the LLM's lock serializes its calls.
+    """
+
+    def __init__(self, *, prior_weight: float = 4.0, memory: int = 64) -> None:
+        PolicyOptions(prior_weight=prior_weight, memory=memory)  # the same validation
+        self.prior_weight = prior_weight
+        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE)
+        self._keep = 1.0 - 1.0 / memory
+        # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
+        self._hits: dict[tuple[str, int], float] = defaultdict(float)
+        self._trials: dict[tuple[str, int], float] = defaultdict(float)
+        # Undiscounted (hits, trials) per (kind, bucket), for reports and the replay's priors.
+        self._scored: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+
+    @classmethod
+    def for_options(cls, options: "PolicyOptions") -> "AcceptanceModel":
+        return cls(prior_weight=options.prior_weight, memory=options.memory)
+
+    def acceptance(self, kind: str, e: int) -> float:
+        """Posterior mean of p(kind, e)."""
+        b = e_bucket(e)
+        key = (kind, b)
+        return (self._hits.get(key, 0.0) + self._prior[b]) / (self._trials.get(key, 0.0) + self.prior_weight)
+
+    def trial(self, key: tuple[str, int], hit: float) -> None:
+        """One scored draft token of (kind, bucket) ``key``: accepted (1.0) or not (0.0)."""
+        keep = self._keep
+        self._hits[key] = self._hits[key] * keep + hit
+        self._trials[key] = self._trials[key] * keep + 1.0
+        tally = self._scored[key]
+        tally[0] += int(hit)
+        tally[1] += 1
+
+    def learned(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Every trial scored so far (undiscounted), per kind and bucket: {kind: {label: (hits, trials)}}."""
+        out: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+        for (kind, b), (h, n) in sorted(self._scored.items()):
+            out[kind][e_label(b)] = (h, n)
+        return dict(out)
+
+
 class DraftPolicy:
     """Chooses the verified draft length per step from the cost table and learned acceptance.
 
@@ -148,19 +197,16 @@ class DraftPolicy:
     :meth:`record_plain` after each plain forward and :meth:`record_verify` after each verify.
     """
 
-    def __init__(self, table: CostTable, options: PolicyOptions | None = None) -> None:
+    def __init__(self, table: CostTable, options: PolicyOptions | None = None, *,
+                 acceptance: AcceptanceModel | None = None) -> None:
         self.table = table
         self.options = o = options or PolicyOptions()
         self.scale = 1.0  # live multiplier on the table
         self.plain_seconds: float | None = None  # EWMA of one plain forward
-        # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
-        self._hits: dict[tuple[str, int], float] = defaultdict(float)
-        self._trials: dict[tuple[str, int], float] = defaultdict(float)
-        # Undiscounted (hits, trials) per (kind, bucket), for reports and the replay's priors.
-        self._scored: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-        self._keep = 1.0 - 1.0 / o.memory
+        #: What is known of p; shared with other generations when the caller passes one.
+        self.model = acceptance if acceptance is not None else AcceptanceModel.for_options(o)
         self._pending: list[_Candidate] = []  # invariant: every entry unresolved, oldest first
-        self._prior = tuple(o.prior_weight * p for p in PRIOR_ACCEPTANCE)
+        self._costs = [table.cost(n) for n in range(o.max_draft + 2)]  # _costs[n] = table.cost(n)
         self.declined = 0  # candidates of >= min_draft tokens not verified
         self.chosen = 0  # verifies chosen by the policy
         self.last_value: float | None = None  # predicted value of the last decision's best k
@@ -168,9 +214,7 @@ class DraftPolicy:
     # -- the decision ------------------------------------------------------------------------
     def acceptance(self, kind: str, e: int) -> float:
         """Posterior mean of p(kind, e)."""
-        b = e_bucket(e)
-        key = (kind, b)
-        return (self._hits[key] + self._prior[b]) / (self._trials[key] + self.options.prior_weight)
+        return self.model.acceptance(kind, e)
 
     def verify_cost(self, rows: int) -> float:
         """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
@@ -182,11 +226,16 @@ class DraftPolicy:
         base = confidence or 0
         best_k, best_v = 0, 1.0
         survive, expected = 1.0, 0.0
+        # The hot loop of every step: table costs and bucket lookups are local (about 10 µs in all).
+        m = self.model
+        costs, scale, hits, trials, prior, w = self._costs, self.scale, m._hits, m._trials, m._prior, m.prior_weight
         for j in range(1, min(n, o.max_draft) + 1):
-            survive *= self.acceptance(kind, base + j - 1 if base else 0)
+            b = e_bucket(base + j - 1) if base else 0
+            key = (kind, b)
+            survive *= (hits.get(key, 0.0) + prior[b]) / (trials.get(key, 0.0) + w)
             expected += survive
             if j >= o.min_draft:
-                v = (expected + 1.0) / self.verify_cost(j + 1)
+                v = (expected + 1.0) / max(1.0, costs[j + 1] * scale)
                 if v > best_v:
                     best_k, best_v = j, v
         return best_k, best_v
@@ -242,18 +291,11 @@ class DraftPolicy:
     def _score(self, c: _Candidate, *, accepted: int, complete: bool) -> None:
         # Trials j = 1..accepted are hits at e = base + j - 1; the (accepted+1)-th is the miss.
         base, kind = c.base, c.kind
+        trial = self.model.trial
         for j in range(1, accepted + 1):
-            self._trial((kind, e_bucket(base + j - 1 if base else 0)), 1.0)
+            trial((kind, e_bucket(base + j - 1 if base else 0)), 1.0)
         if not complete:
-            self._trial((kind, e_bucket(base + accepted if base else 0)), 0.0)
-
-    def _trial(self, key: tuple[str, int], hit: float) -> None:
-        keep = self._keep
-        self._hits[key] = self._hits[key] * keep + hit
-        self._trials[key] = self._trials[key] * keep + 1.0
-        tally = self._scored[key]
-        tally[0] += int(hit)
-        tally[1] += 1
+            trial((kind, e_bucket(base + accepted if base else 0)), 0.0)
 
     def reset_pending(self) -> None:
         """Forget unscored candidates (the stream they would be scored on was cut off)."""
@@ -276,11 +318,8 @@ class DraftPolicy:
 
     # -- summaries ---------------------------------------------------------------------------
     def learned(self) -> dict[str, dict[str, tuple[int, int]]]:
-        """Every trial scored so far (undiscounted), per kind and bucket: {kind: {label: (hits, trials)}}."""
-        out: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
-        for (kind, b), (h, n) in sorted(self._scored.items()):
-            out[kind][e_label(b)] = (h, n)
-        return dict(out)
+        """Every trial the acceptance model scored (this generation's and, if shared, earlier ones')."""
+        return self.model.learned()
 
     def summary(self) -> dict[str, object]:
         """JSON-ready state for stats lines and benches."""

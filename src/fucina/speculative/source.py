@@ -20,7 +20,10 @@ class DraftSource(Protocol):
     ``context``. ``observe_topk`` is only called when ``wants_topk`` is true.
 
     Optional: ``confidence() -> int``, the match length behind the draft the next ``suggest`` would
-    make (0 for none). A source that has it gets one cost gate per confidence lane (LaneGate).
+    make (0 for none): the drafting policy prices a candidate by it (a source without it is priced
+    by its own record alone). ``last_source: str | None``, the name of the sub-source that made the
+    last draft (the policy learns acceptance per kind). ``truncate_pending(n)``, told how much of
+    the last draft is verified (0: none, the policy declined it).
     """
 
     #: When true, the decoder computes the top-K of every verified row and calls ``observe_topk``.

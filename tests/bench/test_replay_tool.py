@@ -1,0 +1,142 @@
+"""The model-free replay tool (``python -m fucina.bench.replay``) and the cross-request memory bench.
+
+No model and no ../shared: a byte tokenizer stands in for the model's, and the traces are written here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fucina.bench import crossreq as crossreq_bench
+from fucina.bench import replay
+from fucina.speculative.cascade import CascadeOptions
+
+
+class ByteTokenizer:
+    vocab_size = 256
+
+    @staticmethod
+    def tokenize(text: str, add_bos: bool = True) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def brute_ceiling(prompt, cont, cap, earlier=()):
+    """The ceiling walk by brute force: longest prefix of what follows occurring in the text before."""
+    text = []
+    for doc in earlier:
+        text += list(doc) + [None]  # a boundary no match crosses
+    text += list(prompt)
+    out, i = [], 0
+    while i < len(cont):
+        best = 0
+        for L in range(1, min(cap, len(cont) - i) + 1):
+            needle = cont[i: i + L]
+            if any(text[s: s + L] == needle for s in range(len(text) - L + 1)):
+                best = L
+            else:
+                break
+        out.append(best)
+        text += cont[i: i + best + 1]
+        i += best + 1
+    return out
+
+
+def test_ceiling_worked_example():
+    assert replay.ceiling_steps([1, 2, 3], [1, 2, 3, 4], 16) == [3]
+    assert replay.ceiling_steps([], [5, 5, 5, 5], 16) == [0, 1, 1]  # nothing, then [5] twice: the walk reuses its own text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=30), st.lists(st.integers(0, 3), min_size=1, max_size=40),
+       st.lists(st.lists(st.integers(0, 3), max_size=10), max_size=3), st.integers(1, 6))
+def test_ceiling_equals_brute_force(prompt, cont, earlier, cap):
+    assert replay.ceiling_steps(prompt, cont, cap, earlier) == brute_ceiling(prompt, cont, cap, earlier)
+
+
+def write_traces(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def trace_rows():
+    code = "def area(r):\n    return 3.14159 * r * r\n"
+    return [
+        {"source": "agent", "trajectory": "t1", "step": 1, "context": "fix it:\n" + code,
+         "output": code.replace("3.14159", "math.pi")},
+        {"source": "agent", "trajectory": "t1", "step": 0, "context": "show:\n" + code, "output": code},
+        {"source": "other", "trajectory": "t2", "step": 0, "context": "hello there", "output": "general kenobi"},
+    ]
+
+
+def test_trace_streams_group_order_and_carry_earlier_requests(tmp_path):
+    f = tmp_path / "t.jsonl"
+    write_traces(f, trace_rows())
+    w = replay.trace_streams(f, ByteTokenizer.tokenize, context_tokens=1000)
+    assert set(w) == {"trace:agent", "trace:other"}
+    first, second = w["trace:agent"]
+    assert first.earlier == [] and second.earlier == [first.prompt + first.continuation]  # step order
+    assert bytes(second.prompt).startswith(b"fix it")
+    short = replay.trace_streams(f, ByteTokenizer.tokenize, context_tokens=5)
+    assert all(len(s.prompt) <= 5 for s in short["trace:agent"])
+    (tmp_path / "bad.jsonl").write_text('{"source": "x"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        replay.trace_streams(tmp_path / "bad.jsonl", ByteTokenizer.tokenize)
+
+
+def test_policy_in_the_loop_wins_on_copies_and_never_loses_on_noise():
+    rng = random.Random(0)
+    text = [rng.randrange(256) for _ in range(400)]
+    copy = replay.Stream(prompt=text, continuation=text[:300])
+    noise = replay.Stream(prompt=text, continuation=[rng.randrange(256) for _ in range(300)])
+    opts = CascadeOptions(recycling=False)
+    for table in (replay.flat_table(), replay.CostTable(((2, 1.5), (9, 4.0), (17, 7.0)), "cpu-like")):
+        won, flat = replay.WorkloadResult("copy"), replay.WorkloadResult("noise")
+        replay.replay_stream(copy, 256, won, options=opts, table=table)
+        replay.replay_stream(noise, 256, flat, options=opts, table=table)
+        assert won.as_dict()["projected_speedup"] > 2.0
+        assert flat.as_dict()["projected_speedup"] >= 0.98  # the floor, with the policy pricing each step
+        assert won.as_dict()["ceiling_tokens_per_step"] >= won.as_dict()["tokens_per_step"]
+    raw = replay.WorkloadResult("noise-raw")
+    replay.replay_stream(noise, 256, raw, options=opts, table=replay.flat_table(), use_policy=False)
+    assert raw.sources["conversation"].drafted > flat.sources["conversation"].drafted  # the policy declined
+
+
+def test_cli_traces_with_cross_request_and_priors(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
+    f = tmp_path / "t.jsonl"
+    write_traces(f, trace_rows())
+    assert replay.main(["--traces", str(f), "--no-synthetic", "--no-recycling", "--flat",
+                        "--cross-request", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "trace:agent +cross-request" in out and "drafting policy chooses" in out and "x" in out
+    assert replay.main(["--traces", str(f), "--no-synthetic", "--no-recycling", "--flat", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    agent = next(w for w in doc["workloads"] if w["name"] == "trace:agent")
+    assert agent["projected_speedup"] > 1.0 and agent["ceiling_tokens_per_step"] > 1.0
+    assert replay.main(["--traces", str(f), "--no-synthetic", "--priors"]) == 0
+    assert "m1 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--cross-request", "10"], ["--traces", "x", "--cross-request", "0"],
+                                  ["--flat", "--cost-table", "t.json"], ["--context-tokens", "0"]])
+def test_cli_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        replay.main(argv)
+    assert e.value.code == 2
+
+
+def test_cli_missing_traces_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
+    assert replay.main(["--traces", str(tmp_path / "nope.jsonl"), "--no-synthetic"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_cross_request_memory_bench_respects_the_bound():
+    docs = [[random.Random(i).randrange(1000) for _ in range(300)] for i in range(20)]
+    r = crossreq_bench.measure(docs, bound=1000, passes=2)
+    assert r["tokens"] <= 1000 and r["evictions"] > 0 and r["bytes_per_token"] > 4
+    assert r["ms_per_request_max"] >= r["ms_per_request_median"] > 0
