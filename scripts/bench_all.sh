@@ -18,11 +18,19 @@ python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --no-recycling 
 for m in gemma3-270m smollm2-135m; do
   fucina spec-bench "$m" --repeats 5 --out "$OUT/cost-$m.json" > "$OUT/cost-$m.txt"
 done
-# Tier 2: end to end, standard build (distribution level).
+# The drafting policy on the dev agent traces, model-free: before (legacy cascade, every draft verified) and
+# after, under a GPU-like flat table and this machine's SmolLM2 table; cross-request beside it.
+TR="$SHARED/traces/agent_traces_dev.jsonl"
+for t in "--flat" "--cost-table $OUT/cost-smollm2-135m.json"; do
+  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --legacy-cascade --no-policy
+  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --cross-request 65536
+done > "$OUT/replay-traces.txt"
+python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
+# Tier 2: end to end (the patched engine when built: exact level).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
 fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only --repeats 3 \
   --out "$OUT/suite-smollm2"
-# Where a step's time goes (model forward vs sampler vs index vs gate vs the decoder's Python).
+# Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
 python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
 # The cost of exactness: stock vs GGML_LLAMAFILE=OFF vs the patched engine, side by side.
 OUT="$OUT" TASKS="$OUT/tasks.jsonl" bash scripts/bench_engines.sh

@@ -58,7 +58,7 @@ from fucina.errors import FucinaError
 
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import DraftPolicy, PolicyOptions, e_bucket, e_label
+from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, e_bucket, e_label
 from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
@@ -169,13 +169,14 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
                   synth_topk: bool = False, options: CascadeOptions | None = None,
                   table: CostTable | None = None, cross_request_tokens: int | None = None,
-                  use_policy: bool = True) -> None:
+                  use_policy: bool = True, acceptance: AcceptanceModel | None = None) -> None:
     """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``.
 
     With ``table`` every step is priced under it and (unless ``use_policy`` is false) the drafting
     policy chooses each verified length; otherwise every candidate is verified whole (the index's
     raw acceptance). With ``cross_request_tokens`` the stream's ``earlier`` requests are a
-    cross-request source.
+    cross-request source. ``acceptance``: the policy's learned acceptance, shared across the
+    streams of a workload as one LLM shares it across its calls.
     """
     idx = SpeculationIndex(vocab_size, options)
     for ref in stream.references:
@@ -189,7 +190,8 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         snap = cross.snapshot()
         if snap is not None:
             idx.set_cross_request(snap)
-    policy = DraftPolicy(table, PolicyOptions(max_draft=budget)) if table is not None and use_policy else None
+    policy = (DraftPolicy(table, PolicyOptions(max_draft=budget), acceptance=acceptance)
+              if table is not None and use_policy else None)
     full = stream.prompt + stream.continuation
     start = len(stream.prompt)
     if start == 0:
@@ -529,11 +531,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for name, streams, cross in runs:
         result = WorkloadResult(name)
+        learned = AcceptanceModel()
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
             replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
-                          table=table, cross_request_tokens=cross, use_policy=not a.no_policy)
+                          table=table, cross_request_tokens=cross, use_policy=not a.no_policy,
+                          acceptance=learned)
         results.append(result)
 
     if a.json:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
 from fucina.errors import InvalidArgument, InvalidOption, InvalidToken, SamIntegrityError
-from fucina.speculative.sam import SamCursor, SamIndex
+from fucina.speculative.sam import SamCursor, SamIndex, check_tokens
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "SEPARATOR", "CrossCursor", "CrossRequestIndex",
            "CrossRequestStore", "CrossSnapshot", "TenantIndexes", "TenantStore"]
@@ -65,16 +65,7 @@ _TENANT = re.compile(r"default|[0-9a-f]{32}")
 
 def _ids(tokens: Iterable[int]) -> array:
     """Validate a batch (ints in ``[0, SEPARATOR)``) before anything is mutated."""
-    if isinstance(tokens, (str, bytes, bytearray, memoryview)):
-        raise InvalidToken(f"token ids must be integers, got {type(tokens).__name__}")
-    try:
-        buf = array("q", tokens)
-    except (TypeError, OverflowError) as exc:
-        raise InvalidToken(f"token ids must be integers in [0, 2**31 - 1): {exc}") from None
-    if buf and (min(buf) < 0 or max(buf) >= SEPARATOR):
-        bad = next(t for t in buf if not 0 <= t < SEPARATOR)
-        raise InvalidToken(f"token id {bad} outside [0, 2**31 - 1)")
-    return array(_U32, buf)
+    return array(_U32, check_tokens(tokens, limit=SEPARATOR))
 
 
 def _check_bound(max_tokens: object) -> int:

@@ -98,7 +98,7 @@ from typing import Callable, Iterable, Iterator, Sequence, overload
 
 from fucina.errors import InvalidToken, SamFrozen, SamIntegrityError, SamNotFrozen
 
-__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamCursor", "SamIndex", "SamStats"]
+__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamCursor", "SamIndex", "SamStats", "check_tokens"]
 
 #: Token ids must satisfy ``0 <= id < TOKEN_LIMIT`` (they are packed into 31 bits of a dict key).
 TOKEN_LIMIT = 1 << 31
@@ -166,17 +166,22 @@ def _check_token(token: object) -> int:
     return tok
 
 
-def _check_tokens(tokens: Iterable[int]) -> array:
-    """Materialize and validate a batch before anything is mutated."""
+def check_tokens(tokens: Iterable[int], limit: int = TOKEN_LIMIT) -> array:
+    """Materialize and validate a batch (ints in ``[0, limit)``) before anything is mutated.
+
+    Raises InvalidToken naming the first bad id. Shared with the cross-request index, whose limit
+    keeps its document separator out of every stream.
+    """
+    bound = "2**31" if limit == TOKEN_LIMIT else str(limit)
     if isinstance(tokens, (str, bytes, bytearray, memoryview)):
         raise InvalidToken(f"token ids must be integers, got {type(tokens).__name__}")
     try:
         buf = array("q", tokens)
     except (TypeError, OverflowError) as exc:
-        raise InvalidToken(f"token ids must be integers in [0, 2**31): {exc}") from None
-    if buf and (min(buf) < 0 or max(buf) >= TOKEN_LIMIT):
-        bad = next(t for t in buf if not 0 <= t < TOKEN_LIMIT)
-        raise InvalidToken(f"token id {bad} outside [0, 2**31)")
+        raise InvalidToken(f"token ids must be integers in [0, {bound}): {exc}") from None
+    if buf and (min(buf) < 0 or max(buf) >= limit):
+        bad = next(t for t in buf if not 0 <= t < limit)
+        raise InvalidToken(f"token id {bad} outside [0, {bound})")
     return buf
 
 
@@ -229,7 +234,7 @@ class SamIndex:
         """Append every token of ``tokens`` in order; validates the whole batch first."""
         if self._frozen:
             raise SamFrozen("cannot extend a frozen SAM index")
-        buf = _check_tokens(tokens)
+        buf = check_tokens(tokens)
         if buf:
             self._ingest(buf)
 
@@ -485,7 +490,7 @@ class SamCursor:
 
     def feed_many(self, tokens: Iterable[int]) -> None:
         """Advance over every token of ``tokens``; validates the whole batch first."""
-        buf = _check_tokens(tokens)
+        buf = check_tokens(tokens)
         if buf:
             self._feed(buf)
 
