@@ -53,6 +53,7 @@ def test_cross_request_flags(tmp_path):
     (("--api-key", ""), "api-key"),
     (("--api-key-file", "/nonexistent/keys"), "keys"),
     (("--index-dir", "/tmp/fucina-idx"), "cross_request_tokens"),
+    (("--no-spec", "--cross-request-tokens", "1024"), "--no-spec"),
 ])
 def test_bad_flags_are_one_line_errors(argv, message):
     with pytest.raises(CliError) as exc:

@@ -96,6 +96,14 @@ def test_the_index_persists_across_restarts_and_a_corrupt_file_is_skipped(tmp_pa
     assert any("skipping cross-request index" in m for m in caplog.messages)
 
 
+def test_a_server_without_speculation_refuses_cross_request_indexes():
+    from fucina.server import create_app
+
+    with pytest.raises(InvalidOption) as e:
+        create_app(make_llm(speculative=False), ServerSettings(port=0, cross_request_tokens=4096))
+    assert e.value.param == "cross_request_tokens"
+
+
 def test_settings_validation():
     with pytest.raises(InvalidOption) as e:
         ServerSettings(index_dir="/tmp/x")

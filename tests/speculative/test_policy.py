@@ -7,8 +7,8 @@ import pytest
 
 from fucina.errors import CostTableEmpty, InvalidOption
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import (E_EDGES, PRIOR_ACCEPTANCE, DraftPolicy, PolicyOptions, e_bucket,
-                                       e_label, kind_of)
+from fucina.speculative.policy import (E_EDGES, PRIOR_ACCEPTANCE, DraftPolicy, PolicyOptions, draft_bucket,
+                                       e_bucket, e_label, kind_of)
 
 TABLE = CostTable(((2, 1.6), (4, 2.5), (8, 4.4), (16, 7.3)), "test")
 FLAT = CostTable(tuple((n, 1 + 0.03 * (n - 1)) for n in range(2, 34)), "flat")
@@ -58,6 +58,7 @@ def test_buckets_and_labels():
     assert len(PRIOR_ACCEPTANCE) == len(E_EDGES) + 1
     assert [e_bucket(e) for e in (0, 1, 7, 8, 11, 12, 31, 32, 500)] == [0, 1, 7, 8, 8, 9, 11, 12, 12]
     assert [e_label(b) for b in (0, 1, 8, 9, 12)] == ["m0", "m1", "m8-11", "m12-15", "m32+"]
+    assert [draft_bucket(5, j) for j in (1, 3, 4)] == [5, 7, 8] and draft_bucket(0, 9) == 0
     assert kind_of("ref0") == kind_of("ref7") == "reference"
     assert kind_of("conversation") == "conversation" and kind_of(None) == "draft"
 
@@ -186,13 +187,13 @@ def test_floor_sampled_acceptance_pays_whenever_it_verifies():
 
 def test_live_scale_is_clamped_ewma_and_table_alone_without_clock():
     p = DraftPolicy(TABLE)
-    p.record_verify(7, 8, seconds=0.05)  # no plain timing yet: nothing to rescale against
+    p.record_verify(7, seconds=0.05)  # no plain timing yet: nothing to rescale against
     assert p.scale == 1.0
     p.record_plain(0.01)
-    p.record_verify(7, 8, seconds=0.01 * TABLE.cost(8) * 2)  # verify twice the table's price
+    p.record_verify(7, seconds=0.01 * TABLE.cost(8) * 2)  # verify twice the table's price
     assert p.scale == pytest.approx(0.8 + 0.2 * 2)
     for _ in range(50):
-        p.record_verify(7, 8, seconds=10.0)  # absurd: clamped
+        p.record_verify(7, seconds=10.0)  # absurd: clamped
     assert p.scale == pytest.approx(4.0, rel=1e-3)
     assert p.verify_cost(8) == pytest.approx(TABLE.cost(8) * 4, rel=1e-3)
     assert DraftPolicy(TABLE).verify_cost(1) == 1.0 and math.isclose(DraftPolicy(TABLE).verify_cost(4), 2.5)

@@ -1,7 +1,8 @@
 """Memory and per-request cost of a cross-request index: ``python -m fucina.bench.crossreq --traces FILE``.
 
 Fills one tenant's :class:`~fucina.speculative.crossreq.CrossRequestIndex` with the trace requests
-(each its last ``--context-tokens`` of context + its output, in file order, the file replayed
+as the replay reads them (:func:`fucina.bench.replay.trace_streams`: each its last
+``--context-tokens`` of context + its output, by trajectory and step; the set replayed
 ``--passes`` times so the bound is reached and eviction runs) and reports, per bound: tokens and
 documents held, evictions, bytes per token, and the time each request's ``add`` + ``snapshot``
 takes (the snapshot is rebuilt after every add: that is the per-request cost a server pays before
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from fucina.bench.replay import trace_streams
 from fucina.speculative.crossreq import CrossRequestIndex
 
 __all__ = ["measure", "main"]
@@ -62,16 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fucina.catalog import load_tokenizer
 
         tok = load_tokenizer(a.model)
-        docs = []
-        with open(a.traces, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    docs.append(tok.tokenize(str(row["context"]), add_bos=True)[-a.context_tokens:]
-                                + tok.tokenize(str(row["output"]), add_bos=False))
-    except (OSError, ValueError, KeyError) as exc:
+        streams = trace_streams(a.traces, tok.tokenize, a.context_tokens)
+    except (OSError, ValueError) as exc:
         print(f"crossreq: {exc}", file=sys.stderr)
         return 2
+    docs = [s.prompt + s.continuation for w in streams.values() for s in w]
     rows = [measure(docs, b, a.passes) for b in bounds]
     if a.json:
         print(json.dumps(rows, indent=2))

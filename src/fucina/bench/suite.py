@@ -367,8 +367,7 @@ def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream:
 
 
 def _extra(decoder: SpeculativeDecoder) -> dict:
-    p = decoder.policy
-    extra: dict = {"policy": {"chosen": p.chosen, "declined": p.declined, "scale": round(p.scale, 4)}}
+    extra: dict = {"policy": decoder.policy.summary()}
     stats = getattr(decoder.source, "stats", None)
     if callable(stats):
         extra["sources"] = {s.name: [s.accepted, s.drafted] for s in stats().sources}

@@ -75,6 +75,8 @@ def settings_from_args(args: argparse.Namespace):
             CostTable.load(args.cost_table)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CliError(f"fucina serve: {exc}") from None
+    if args.no_spec and args.cross_request_tokens:
+        raise CliError("fucina serve: --cross-request-tokens feeds speculation; it cannot be used with --no-spec")
     try:
         return ServerSettings(host=args.host, port=args.port, api_keys=api_keys(args), max_queue=args.max_queue,
                               max_tokens_limit=args.max_tokens_limit or None,

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from fucina import __version__
-from fucina.errors import ContextLengthExceeded
+from fucina.errors import ContextLengthExceeded, InvalidOption
 from fucina.server import types as t
 from fucina.server.errors import APIError, engine_fault, from_fucina, from_validation
 from fucina.server.metrics import Metrics
@@ -109,8 +109,11 @@ def create_app(llm, settings: ServerSettings | None = None) -> FastAPI:
     level = llm.level if llm.speculative else "exact"  # plain decoding is its own reference
     metrics = Metrics()
     worker = Worker(llm, settings.max_queue, on_fault=lambda: metrics.add("engine_faults_total", 1))
+    if settings.cross_request_tokens and not llm.speculative:
+        raise InvalidOption("cross-request indexes feed speculation; this LLM runs with speculation off",
+                            param="cross_request_tokens")
     tenants = None
-    if settings.cross_request_tokens and llm.speculative:
+    if settings.cross_request_tokens:
         tenants = TenantIndexes(max_tokens=settings.cross_request_tokens, index_dir=settings.index_dir,
                                 fingerprint=tokenizer_fingerprint(llm))
         metrics.gauge("cross_request_bytes", "Bytes the tenants' cross-request indexes hold.", tenants.nbytes)

@@ -249,7 +249,7 @@ class SpeculativeDecoder(CommittedStream):
         s.drafted += len(draft)
         s.accepted += sum(1 for c, d in zip(committed, draft) if c == d)  # a prefix: we broke at the mismatch
         s.committed += len(committed)
-        self.policy.record_verify(len(draft), len(committed), seconds)
+        self.policy.record_verify(len(draft), seconds)
         self.policy.observe(committed)
         self._advise(lambda: self.source.observe(committed))
         return committed

@@ -42,7 +42,8 @@ from typing import Sequence
 from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
-__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label", "kind_of"]
+__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label",
+           "draft_bucket", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -61,6 +62,13 @@ PRIOR_ACCEPTANCE: tuple[float, ...] = (0.05, 0.30, 0.46, 0.53, 0.58, 0.62, 0.62,
 def e_bucket(e: int) -> int:
     """Bucket of a match length ``e`` under E_EDGES: 0 for e <= 0, then 1.. for 1, 2, ..., 32+."""
     return bisect.bisect_right(E_EDGES, e)
+
+
+def draft_bucket(base: int, j: int) -> int:
+    """Bucket of the ``j``-th token (1-based) of a draft drawn from a match of ``base`` tokens:
+    accepting tokens 1..j-1 lengthens the match, so it extends e = base + j - 1. A draft with no
+    match behind it (base 0: recycling) keeps every token in bucket 0."""
+    return e_bucket(base + j - 1) if base else 0
 
 
 def e_label(bucket: int) -> str:
@@ -168,9 +176,20 @@ class AcceptanceModel:
 
     def acceptance(self, kind: str, e: int) -> float:
         """Posterior mean of p(kind, e)."""
-        b = e_bucket(e)
-        key = (kind, b)
-        return (self._hits.get(key, 0.0) + self._prior[b]) / (self._trials.get(key, 0.0) + self.prior_weight)
+        return self.along(kind, e, 1)[0]
+
+    def along(self, kind: str, base: int, n: int) -> list[float]:
+        """Posterior means of p for tokens 1..n of a ``kind`` draft from a match of ``base`` tokens.
+
+        The hot path of every step (the policy prices each candidate with it): lookups are local.
+        """
+        hits, trials, prior, w = self._hits.get, self._trials.get, self._prior, self.prior_weight
+        out = []
+        for j in range(1, n + 1):
+            b = draft_bucket(base, j)
+            key = (kind, b)
+            out.append((hits(key, 0.0) + prior[b]) / (trials(key, 0.0) + w))
+        return out
 
     def trial(self, key: tuple[str, int], hit: float) -> None:
         """One scored draft token of (kind, bucket) ``key``: accepted (1.0) or not (0.0)."""
@@ -209,7 +228,6 @@ class DraftPolicy:
         self._costs = [table.cost(n) for n in range(o.max_draft + 2)]  # _costs[n] = table.cost(n)
         self.declined = 0  # candidates of >= min_draft tokens not verified
         self.chosen = 0  # verifies chosen by the policy
-        self.last_value: float | None = None  # predicted value of the last decision's best k
 
     # -- the decision ------------------------------------------------------------------------
     def acceptance(self, kind: str, e: int) -> float:
@@ -218,24 +236,19 @@ class DraftPolicy:
 
     def verify_cost(self, rows: int) -> float:
         """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
-        return max(1.0, self.table.cost(rows) * self.scale)
+        cost = self._costs[rows] if rows < len(self._costs) else self.table.cost(rows)
+        return max(1.0, cost * self.scale)
 
     def best_length(self, n: int, confidence: int | None, kind: str) -> tuple[int, float]:
         """(k, value(k)) maximizing value over k in [min_draft, min(n, max_draft)]; (0, 1.0) if none."""
         o = self.options
-        base = confidence or 0
         best_k, best_v = 0, 1.0
         survive, expected = 1.0, 0.0
-        # The hot loop of every step: table costs and bucket lookups are local (about 10 µs in all).
-        m = self.model
-        costs, scale, hits, trials, prior, w = self._costs, self.scale, m._hits, m._trials, m._prior, m.prior_weight
-        for j in range(1, min(n, o.max_draft) + 1):
-            b = e_bucket(base + j - 1) if base else 0
-            key = (kind, b)
-            survive *= (hits.get(key, 0.0) + prior[b]) / (trials.get(key, 0.0) + w)
+        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft)), start=1):
+            survive *= p
             expected += survive
             if j >= o.min_draft:
-                v = (expected + 1.0) / max(1.0, costs[j + 1] * scale)
+                v = (expected + 1.0) / self.verify_cost(j + 1)
                 if v > best_v:
                     best_k, best_v = j, v
         return best_k, best_v
@@ -247,7 +260,6 @@ class DraftPolicy:
         ``forced`` (the gate-open ablation) verifies the whole draft but still scores it.
         """
         if not draft:
-            self.last_value = None
             return 0
         kind = kind_of(source_name)
         confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
@@ -256,7 +268,6 @@ class DraftPolicy:
         if forced:
             return len(draft) if len(draft) >= o.min_draft else 0
         k, v = self.best_length(len(draft), confidence, kind)
-        self.last_value = v
         if k and v >= 1.0 + o.min_gain:
             self.chosen += 1
             return k
@@ -293,9 +304,9 @@ class DraftPolicy:
         base, kind = c.base, c.kind
         trial = self.model.trial
         for j in range(1, accepted + 1):
-            trial((kind, e_bucket(base + j - 1 if base else 0)), 1.0)
+            trial((kind, draft_bucket(base, j)), 1.0)
         if not complete:
-            trial((kind, e_bucket(base + accepted if base else 0)), 0.0)
+            trial((kind, draft_bucket(base, accepted + 1)), 0.0)
 
     def reset_pending(self) -> None:
         """Forget unscored candidates (the stream they would be scored on was cut off)."""
@@ -307,9 +318,9 @@ class DraftPolicy:
             a = self.options.scale_alpha
             self.plain_seconds = seconds if self.plain_seconds is None else (1 - a) * self.plain_seconds + a * seconds
 
-    def record_verify(self, drafted: int, committed: int, seconds: float | None = None) -> None:
-        """A verify of ``drafted`` tokens took ``seconds``; moves the live scale (committed is unused:
-        acceptance is learned from the candidates)."""
+    def record_verify(self, drafted: int, seconds: float | None = None) -> None:
+        """A verify of ``drafted`` tokens took ``seconds``; moves the live scale (acceptance is
+        learned from the candidates, not here)."""
         o = self.options
         if seconds is not None and seconds > 0 and self.plain_seconds:
             ratio = (seconds / self.plain_seconds) / self.table.cost(drafted + 1)
