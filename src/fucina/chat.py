@@ -172,6 +172,11 @@ class TurnGate:
         return getattr(self.inner, "last_source", None)
 
     @property
+    def last_forks(self) -> list[bool] | None:
+        """The wrapped index's fork flags of its last draft (the policy prices forked tokens apart)."""
+        return getattr(self.inner, "last_forks", None)
+
+    @property
     def wants_topk(self) -> bool:
         return bool(self.inner.wants_topk)
 

@@ -215,7 +215,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         source = idx.last_source or NO_DRAFT
         k = len(draft)
         if policy is not None:
-            k = policy.choose(draft, conf, idx.last_source)
+            k = policy.choose(draft, conf, idx.last_source, forks=idx.last_forks)
             if k < len(draft):
                 idx.truncate_pending(k)
             draft = draft[:k]
@@ -407,7 +407,8 @@ def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
         i = max(1, len(s.prompt)) if full else 0
         idx.observe(full[:i])
         while i < len(full):
-            policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True)
+            policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True,
+                          forks=idx.last_forks)
             idx.truncate_pending(0)
             idx.observe(full[i: i + 1])
             policy.observe(full[i: i + 1])
@@ -522,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, streams in workloads.items():
             v = vocab or (max((t for s in streams for t in s.prompt + s.continuation), default=0) + 1)
             got = measure_priors(streams, v, a.budget, opts)
-            order = sorted(got, key=lambda lab: int(lab[1:].split("-")[0].rstrip("+")))
+            order = sorted(got, key=lambda lab: (lab.partition(" ")[2], int(lab[1:].split(" ")[0].split("-")[0].rstrip("+"))))
             print(f"{name}: " + " ".join(f"{lab} {got[lab][0] / got[lab][1]:.2f} ({got[lab][1]})" for lab in order))
         return 0
     runs: list[tuple[str, list[Stream], int | None]] = [(n, w, None) for n, w in workloads.items()]

@@ -145,6 +145,7 @@ class CascadeStats:
 class _Drafter(Protocol):
     def match_len(self) -> int: ...
     def draft(self, max_len: int) -> list[int]: ...
+    def forks(self, draft: Sequence[int]) -> list[bool]: ...
 
 
 class _Cursor(_Drafter, Protocol):
@@ -222,6 +223,7 @@ class SpeculationIndex:
         self._rec_gate = _Gate("recycling", opts.mute_window)
         self._pending: _Pending | None = None
         self._last_source: str | None = None
+        self._last_forks: list[bool] | None = None
 
     # -- read-only views -------------------------------------------------------------------------
 
@@ -246,6 +248,12 @@ class SpeculationIndex:
         return self._last_source
 
     @property
+    def last_forks(self) -> list[bool] | None:
+        """Per-token fork flags of the last ``suggest``'s draft (a SAM's: see
+        :func:`~fucina.speculative.sam.draft_forks`); None for recycling or no draft."""
+        return self._last_forks
+
+    @property
     def n_references(self) -> int:
         """Reference documents currently indexed."""
         return len(self._refs)
@@ -265,6 +273,7 @@ class SpeculationIndex:
         """
         self._pending = None
         self._last_source = None
+        self._last_forks = None
         if budget <= 0:
             return []
         opts = self.options
@@ -282,6 +291,7 @@ class SpeculationIndex:
             cap = budget if opts.beta is None else min(budget, opts.beta * (1 + match))
             draft = [int(t) for t in drafter.draft(cap)]
             if draft:
+                self._last_forks = drafter.forks(draft)
                 return self._remember(gate, draft)
         if self._rec is not None and not self._rec_gate.muted(now):
             draft = self._rec.suggest(context, budget)

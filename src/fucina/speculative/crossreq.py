@@ -105,6 +105,10 @@ class CrossCursor:
             del out[out.index(SEPARATOR):]
         return out
 
+    def forks(self, draft: Sequence[int]) -> list[bool]:
+        """Per-token fork flags of ``draft`` (see :func:`fucina.speculative.sam.draft_forks`)."""
+        return self._cursor.forks(draft)
+
 
 @dataclass(frozen=True, eq=False)
 class CrossSnapshot:

@@ -4,10 +4,13 @@ Every step the draft source offers a candidate ``d`` (up to ``max_draft`` tokens
 confidence ``m`` (the source's match length: how many committed tokens its lookup agrees with).
 The policy verifies ``d[:k]`` for the ``k`` that pays best, or takes a plain step:
 
-    p(kind, e)     P(a drafted token is accepted | the tokens before it in the draft were),
+    p(kind, e, f)  P(a drafted token is accepted | the tokens before it in the draft were),
                    where e = m + j - 1 is the match the j-th draft token extends (accepting
-                   token j lengthens the match by one) and kind is the drafting source.
-    E[acc | k]   = sum_{j=1..k} prod_{i=1..j} p(kind, m + i - 1)      expected accepted tokens
+                   token j lengthens the match by one), kind is the drafting source and f says
+                   whether the source's text continued that string one way only or several
+                   ways (its fork flag; sources without flags are priced on e alone). At short
+                   matches a forked token is accepted a third as often as a unique one.
+    E[acc | k]   = sum_{j=1..k} prod_{i=1..j} p(kind, m + i - 1, f_i)   expected accepted tokens
     value(k)     = (E[acc | k] + 1) / C(k + 1)                        tokens per plain-step cost
 
 A verify of k drafts commits accepted + 1 tokens (the correction or bonus is free) and costs
@@ -20,11 +23,12 @@ and the cost-gate lanes: all three were ways of guessing p from too little evide
 Learning p costs nothing, because the committed stream does not depend on what was verified
 (losslessness): every candidate, verified or not, is scored against the tokens that are
 committed after it. A candidate whose first ``a`` tokens match and whose next one does not gives
-trials j = 1..a+1 (successes j <= a) at e = m + j - 1. So a declined source keeps being measured,
-and nothing needs the design record's probes, backoff or hysteresis: a bad source is never
-verified twice on a guess, and a good one is verified as soon as its record says it pays. Each
-(kind, e-bucket) is a Beta posterior whose prior is ``prior_weight`` pseudo-trials at the
-acceptance the model-free replay measured (``PRIOR_ACCEPTANCE``).
+trials j = 1..a+1 (successes j <= a) at (e, f) = (m + j - 1, f_j). So a declined source keeps
+being measured, and nothing needs the design record's probes, backoff or hysteresis: a bad
+source is never verified twice on a guess, and a good one is verified as soon as its record says
+it pays. Each (kind, e-bucket, f) is a Beta posterior whose prior is ``prior_weight``
+pseudo-trials at the acceptance the model-free replay measured (``PRIOR_ACCEPTANCE``,
+``PRIOR_UNIQUE``, ``PRIOR_FORKED``).
 
 The never-a-loss floor is a consequence, not a rule: the policy only verifies where its
 posterior prices a win, and the posterior is corrected after every step.
@@ -42,8 +46,8 @@ from typing import Sequence
 from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
-__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "E_EDGES", "e_bucket", "e_label",
-           "draft_bucket", "kind_of"]
+__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE", "PRIOR_FORKED",
+           "E_EDGES", "N_BUCKETS", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -57,6 +61,17 @@ E_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
 #: model copies less than a recorded answer, so the lower figures are the safer start. Priors
 #: only: ``prior_weight`` pseudo-trials each, soon outweighed by this generation's own candidates.
 PRIOR_ACCEPTANCE: tuple[float, ...] = (0.05, 0.30, 0.46, 0.53, 0.58, 0.62, 0.62, 0.67, 0.70, 0.77, 0.85, 0.86, 0.91)
+#: The same, split by what the source said of each token (``forks``, see
+#: :func:`fucina.speculative.sam.draft_forks`): the text continued its string one way only
+#: (unique) or several ways (forked); measured like PRIOR_ACCEPTANCE (``--priors``, labels
+#: ``m2 unique``, ``m2 forked``). At short matches a forked token is accepted a third as often
+#: as a unique one (m1: 0.17 vs 0.47; the agent traces: 0.14-0.40 vs 0.50-0.71). Forked tokens
+#: past m7 are rare (under 30 trials a bucket): those priors are the traces' 0.38-0.67, held to 0.5.
+PRIOR_UNIQUE: tuple[float, ...] = (0.05, 0.47, 0.58, 0.60, 0.63, 0.64, 0.63, 0.68, 0.70, 0.77, 0.87, 0.86, 0.91)
+PRIOR_FORKED: tuple[float, ...] = (0.05, 0.17, 0.21, 0.23, 0.21, 0.37, 0.41, 0.45, 0.40, 0.45, 0.50, 0.50, 0.50)
+#: Bucket ids per fork class: a token's id is its match bucket + N_BUCKETS * class, where class 0 =
+#: no fork information (recycling, sources without ``forks``), 1 = unique, 2 = forked.
+N_BUCKETS = len(E_EDGES) + 1
 
 
 def e_bucket(e: int) -> int:
@@ -71,8 +86,20 @@ def draft_bucket(base: int, j: int) -> int:
     return e_bucket(base + j - 1) if base else 0
 
 
+def token_bucket(base: int, j: int, forks: Sequence[bool] | None) -> int:
+    """Bucket id of the ``j``-th draft token: :func:`draft_bucket`, offset by its fork class when
+    the source gave ``forks`` (one flag per draft token)."""
+    b = draft_bucket(base, j)
+    if forks is None:
+        return b
+    return b + N_BUCKETS * (2 if forks[j - 1] else 1)
+
+
 def e_label(bucket: int) -> str:
-    """Readable range of a bucket: ``m0``, ``m1``, ..., ``m8-11``, ``m32+``."""
+    """Readable range of a bucket: ``m0``, ``m1``, ..., ``m8-11``, ``m32+``; a fork-classed id gets
+    `` unique`` or `` forked`` after it."""
+    if bucket >= N_BUCKETS:
+        return e_label(bucket % N_BUCKETS) + (" forked" if bucket >= 2 * N_BUCKETS else " unique")
     if bucket == 0:
         return "m0"
     lo = E_EDGES[bucket - 1]
@@ -141,12 +168,13 @@ class PolicyOptions:
 class _Candidate:
     """A draft offered at one position, scored against the tokens committed after it."""
 
-    __slots__ = ("draft", "base", "kind", "matched")
+    __slots__ = ("draft", "base", "kind", "forks", "matched")
 
-    def __init__(self, draft: list[int], base: int, kind: str) -> None:
+    def __init__(self, draft: list[int], base: int, kind: str, forks: Sequence[bool] | None) -> None:
         self.draft = draft  # invariant: non-empty
         self.base = base  # the match length behind draft[0]; draft[j] extends a match of base + j
         self.kind = kind
+        self.forks = forks  # invariant: None or one flag per draft token
         self.matched = 0  # invariant: draft[:matched] equals the tokens committed since the offer
 
 
@@ -162,7 +190,7 @@ class AcceptanceModel:
     def __init__(self, *, prior_weight: float = 4.0, memory: int = 64) -> None:
         PolicyOptions(prior_weight=prior_weight, memory=memory)  # the same validation
         self.prior_weight = prior_weight
-        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE)
+        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE + PRIOR_UNIQUE + PRIOR_FORKED)
         self._keep = 1.0 - 1.0 / memory
         # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
         self._hits: dict[tuple[str, int], float] = defaultdict(float)
@@ -174,19 +202,20 @@ class AcceptanceModel:
     def for_options(cls, options: "PolicyOptions") -> "AcceptanceModel":
         return cls(prior_weight=options.prior_weight, memory=options.memory)
 
-    def acceptance(self, kind: str, e: int) -> float:
-        """Posterior mean of p(kind, e)."""
-        return self.along(kind, e, 1)[0]
+    def acceptance(self, kind: str, e: int, fork: bool | None = None) -> float:
+        """Posterior mean of p(kind, e) (of a unique or forked token when ``fork`` is given)."""
+        return self.along(kind, e, 1, None if fork is None else (fork,))[0]
 
-    def along(self, kind: str, base: int, n: int) -> list[float]:
-        """Posterior means of p for tokens 1..n of a ``kind`` draft from a match of ``base`` tokens.
+    def along(self, kind: str, base: int, n: int, forks: Sequence[bool] | None = None) -> list[float]:
+        """Posterior means of p for tokens 1..n of a ``kind`` draft from a match of ``base`` tokens
+        (``forks``: the draft's fork flags, at least n of them, or None).
 
         The hot path of every step (the policy prices each candidate with it): lookups are local.
         """
         hits, trials, prior, w = self._hits.get, self._trials.get, self._prior, self.prior_weight
         out = []
         for j in range(1, n + 1):
-            b = draft_bucket(base, j)
+            b = token_bucket(base, j, forks)
             key = (kind, b)
             out.append((hits(key, 0.0) + prior[b]) / (trials(key, 0.0) + w))
         return out
@@ -230,21 +259,22 @@ class DraftPolicy:
         self.chosen = 0  # verifies chosen by the policy
 
     # -- the decision ------------------------------------------------------------------------
-    def acceptance(self, kind: str, e: int) -> float:
+    def acceptance(self, kind: str, e: int, fork: bool | None = None) -> float:
         """Posterior mean of p(kind, e)."""
-        return self.model.acceptance(kind, e)
+        return self.model.acceptance(kind, e, fork)
 
     def verify_cost(self, rows: int) -> float:
         """Cost of a verify over ``rows`` tokens: table * live scale, never < 1 plain step."""
         cost = self._costs[rows] if rows < len(self._costs) else self.table.cost(rows)
         return max(1.0, cost * self.scale)
 
-    def best_length(self, n: int, confidence: int | None, kind: str) -> tuple[int, float]:
+    def best_length(self, n: int, confidence: int | None, kind: str,
+                    forks: Sequence[bool] | None = None) -> tuple[int, float]:
         """(k, value(k)) maximizing value over k in [min_draft, min(n, max_draft)]; (0, 1.0) if none."""
         o = self.options
         best_k, best_v = 0, 1.0
         survive, expected = 1.0, 0.0
-        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft)), start=1):
+        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft), forks), start=1):
             survive *= p
             expected += survive
             if j >= o.min_draft:
@@ -254,20 +284,24 @@ class DraftPolicy:
         return best_k, best_v
 
     def choose(self, draft: Sequence[int], confidence: int | None, source_name: str | None,
-               *, forced: bool = False) -> int:
+               *, forced: bool = False, forks: Sequence[bool] | None = None) -> int:
         """How many tokens of ``draft`` to verify (0 = a plain step); the candidate is kept for scoring.
 
-        ``forced`` (the gate-open ablation) verifies the whole draft but still scores it.
+        ``forks``: the source's fork flag of each draft token (None, or a list of another length:
+        priced without). ``forced`` (the gate-open ablation) verifies the whole draft but still
+        scores it.
         """
         if not draft:
             return 0
         kind = kind_of(source_name)
         confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
-        self._pending.append(_Candidate([int(t) for t in draft], confidence, kind))
+        if forks is not None:
+            forks = [bool(f) for f in forks] if len(forks) == len(draft) else None
+        self._pending.append(_Candidate([int(t) for t in draft], confidence, kind, forks))
         o = self.options
         if forced:
             return len(draft) if len(draft) >= o.min_draft else 0
-        k, v = self.best_length(len(draft), confidence, kind)
+        k, v = self.best_length(len(draft), confidence, kind, forks)
         if k and v >= 1.0 + o.min_gain:
             self.chosen += 1
             return k
@@ -301,12 +335,12 @@ class DraftPolicy:
 
     def _score(self, c: _Candidate, *, accepted: int, complete: bool) -> None:
         # Trials j = 1..accepted are hits at e = base + j - 1; the (accepted+1)-th is the miss.
-        base, kind = c.base, c.kind
+        base, kind, forks = c.base, c.kind, c.forks
         trial = self.model.trial
         for j in range(1, accepted + 1):
-            trial((kind, draft_bucket(base, j)), 1.0)
+            trial((kind, token_bucket(base, j, forks)), 1.0)
         if not complete:
-            trial((kind, draft_bucket(base, accepted + 1)), 0.0)
+            trial((kind, token_bucket(base, accepted + 1, forks)), 0.0)
 
     def reset_pending(self) -> None:
         """Forget unscored candidates (the stream they would be scored on was cut off)."""

@@ -98,7 +98,7 @@ from typing import Callable, Iterable, Iterator, Sequence, overload
 
 from fucina.errors import InvalidToken, SamFrozen, SamIntegrityError, SamNotFrozen
 
-__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamCursor", "SamIndex", "SamStats", "check_tokens"]
+__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamCursor", "SamIndex", "SamStats", "check_tokens", "draft_forks"]
 
 #: Token ids must satisfy ``0 <= id < TOKEN_LIMIT`` (they are packed into 31 bits of a dict key).
 TOKEN_LIMIT = 1 << 31
@@ -183,6 +183,34 @@ def check_tokens(tokens: Iterable[int], limit: int = TOKEN_LIMIT) -> array:
         bad = next(t for t in buf if not 0 <= t < limit)
         raise InvalidToken(f"token id {bad} outside [0, {bound})")
     return buf
+
+
+def draft_forks(index: "SamIndex", state: int, draft: Sequence[int]) -> list[bool]:
+    """Which tokens of ``draft``, read from ``state`` of ``index``, were one continuation among several.
+
+    ``forks[j]`` is True when the text indexed so far continued the string read before
+    ``draft[j]`` (the matched suffix + ``draft[:j]``) in more than one way, i.e. that state has
+    more than one outgoing transition. A token with one recorded continuation is the text's only
+    answer; a forked one is a guess among several, and on conversations is accepted about half as
+    often at short matches (the policy prices the two apart). Invariant used: a state's first
+    transition is inline and every further one is on its edge list, so "more than one" is
+    ``ehead[v] != -1``, O(1) per token.
+
+    E.g. over [1, 2, 3, 1, 2, 4, 1]: the match [1] continues as [2] only, then [1, 2] continues as
+    3 or 4, so draft [2, 4] from the state of [1] gives [False, True]. A token with no transition
+    (not a continuation of the state) and every token after it count as forked.
+    """
+    ftok, fto, ehead, get = index._ftok, index._fto, index._ehead, index._extra.get
+    out: list[bool] = []
+    v = state
+    for c in draft:
+        if v < 0:
+            out.append(True)
+            continue
+        out.append(ehead[v] != -1)
+        ft = ftok[v]
+        v = fto[v] if ft == c else (get((v << _SHIFT) | c, -1) if ft != -1 else -1)
+    return out
 
 
 class SamIndex:
@@ -378,6 +406,12 @@ class SamIndex:
             return []
         return self._stream[occ + 1: occ + 1 + max_len].tolist()
 
+    def forks(self, draft: Sequence[int]) -> list[bool]:
+        """:func:`draft_forks` of ``draft`` read from the matched suffix (all False when no match)."""
+        if self._poisoned or not self._match:
+            return [False] * len(draft)
+        return draft_forks(self, self._match, draft)
+
     def longest_prefix(self, tokens: Sequence[int]) -> int:
         """Length of the longest prefix of ``tokens`` occurring anywhere in the indexed stream.
 
@@ -535,6 +569,12 @@ class SamCursor:
         if occ < 0 or max_len <= 0:
             return []
         return self._index._stream[occ + 1: occ + 1 + max_len].tolist()
+
+    def forks(self, draft: Sequence[int]) -> list[bool]:
+        """:func:`draft_forks` of ``draft`` read from the matched suffix in the reference."""
+        if self._index._poisoned or not self._mlen:
+            return [False] * len(draft)
+        return draft_forks(self._index, self._state, draft)
 
 
 def _check_index(idx: SamIndex, deep: bool) -> None:
