@@ -140,3 +140,45 @@ def test_cross_request_memory_bench_respects_the_bound():
     r = crossreq_bench.measure(docs, bound=1000, passes=2)
     assert r["tokens"] <= 1000 and r["evictions"] > 0 and r["bytes_per_token"] > 4
     assert r["ms_per_request_max"] >= r["ms_per_request_median"] > 0
+
+
+def test_recorded_streams_round_trip_through_the_replay(tmp_path, capsys):
+    """A FakeModel's plain outputs recorded by bench.streams replay per group, with the perfect policy."""
+    from fucina.backends.fake import FakeModel
+    from fucina.bench import streams
+    from fucina.bench.suite import Task
+    from fucina.generate import PlainDecoder
+    from fucina.sampling import Sampler, SamplerOptions
+
+    model = FakeModel()
+    tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 48, 0.0),
+             Task("ref", "rag_ref", "rag_ref", "tell me", ("the cat sat on the mat.",), 24, 0.0)]
+    out = tmp_path / "s.jsonl"
+    assert streams.record(model, tasks, out) == 2
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    plain = PlainDecoder(model, Sampler(SamplerOptions()))
+    model.reset()
+    plain.feed(rows[0]["prompt"])
+    assert rows[0]["output"] == list(plain.generate(48, frozenset(model.eos_ids)))  # the plain stream
+    assert rows[1]["references"] and rows[1]["group"] == "rag_ref"
+    got = replay.recorded_streams(out)
+    assert set(got) == {"stream:repeat", "stream:rag_ref"} and got["stream:rag_ref"][0].references
+    assert replay.main(["--streams", str(out), "--no-synthetic", "--flat", "--json",
+                        "--vocab-size", str(model.vocab_size)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for w in doc["workloads"]:
+        assert w["perfect_policy_speedup"] >= 1.0  # it only verifies what pays: never below plain
+    (tmp_path / "bad.jsonl").write_text('{"group": "x"}\n')
+    assert replay.main(["--streams", str(tmp_path / "bad.jsonl"), "--no-synthetic"]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_perfect_policy_never_costs_more_than_plain_and_wins_on_a_copy():
+    rng = random.Random(1)
+    text = [rng.randrange(256) for _ in range(300)]
+    table = replay.CostTable(((2, 1.5), (9, 4.0), (17, 7.0)), "cpu-like")
+    copy = replay.Stream(prompt=text, continuation=text[:200])
+    noise = replay.Stream(prompt=text, continuation=[rng.randrange(256) for _ in range(200)])
+    opts = CascadeOptions(recycling=False)
+    assert replay.perfect_policy_cost(copy, 256, table, options=opts) < 200 / 2
+    assert replay.perfect_policy_cost(noise, 256, table, options=opts) <= 200

@@ -19,6 +19,9 @@ priced under the table (C(k + 1) per verify, 1 per plain step) and the projected
 tokens / total cost. Beside it, the retrieval ceiling: walking the stream, at each position the
 longest prefix of what comes next that occurs anywhere before it (capped at the budget), so a
 step commits that prefix + 1; the best any single-chain index over the same text could do.
+And the perfect policy: the index's own drafts, each verified exactly as far as it is accepted
+when that pays under the table (a plain step otherwise): the best any decision rule could make
+of these drafts, so the gap to it is the policy's and the gap above it the drafts'.
 
 Recycling gets no verify-row top-K in replay unless ``--synth-topk`` is given. With it, every
 committed input token's row is synthesized the way a greedy verifier would fill it: top-1 = the
@@ -36,6 +39,9 @@ Workloads:
     ``group`` field; the joined ``turns`` are the prompt and the ``reference`` answer is the
     continuation (rows without a reference are skipped). Tokenized with the default model's
     tokenizer (``fucina.catalog.load_tokenizer``);
+  * ``--streams FILE``: a model's own plain outputs of the bench tasks, recorded by
+    ``python -m fucina.bench.streams`` (prompt through the chat template, references), one
+    workload per task group: what an instruct model writes, not what a reference answer copies;
   * synthetic copy/edit transcripts (always, unless ``--no-synthetic``): a document, then the
     same document with small edits, once with the document in the prompt ("copy-edit") and once
     injected as a reference instead ("ref-edit").
@@ -62,7 +68,7 @@ from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOption
 from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
-           "trace_streams", "flat_table", "ceiling_steps", "main"]
+           "trace_streams", "recorded_streams", "flat_table", "ceiling_steps", "perfect_policy_cost", "main"]
 
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
@@ -123,6 +129,7 @@ class WorkloadResult:
     cost: float = 0.0  # plain-step equivalents under the pricing table (0 without one)
     ceiling_steps: int = 0
     ceiling_cost: float = 0.0
+    perfect_cost: float = 0.0  # the perfect policy's cost over the same drafts (0 without a table)
     sources: dict[str, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
     #: The same steps keyed by the confidence bucket (match length) of the candidate.
     lanes: dict[int, SourceTally] = field(default_factory=lambda: defaultdict(SourceTally))
@@ -137,6 +144,8 @@ class WorkloadResult:
         }
         if self.cost:
             d["projected_speedup"] = self.tokens / self.cost
+        if self.perfect_cost:
+            d["perfect_policy_speedup"] = self.tokens / self.perfect_cost
         if self.ceiling_steps:
             d["ceiling_tokens_per_step"] = self.tokens / self.ceiling_steps
             d["ceiling_speedup"] = self.tokens / self.ceiling_cost if self.ceiling_cost else None
@@ -164,6 +173,39 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
         sam.extend_many(continuation[i: i + L + 1])
         i += L + 1
     return out
+
+
+def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, budget: int = 16,
+                        options: CascadeOptions | None = None, min_draft: int = 2) -> float:
+    """Cost of the stream's continuation under ``table`` when each step's draft is verified
+    exactly as far as it is accepted, if ``(a + 1) / C(a + 1) > 1`` and ``a >= min_draft``, else
+    stepped plainly. E.g. a draft accepted 3 deep under C(4) = 2.5 is verified (4 tokens for 2.5)."""
+    idx = SpeculationIndex(vocab_size, options)
+    for ref in stream.references:
+        idx.add_reference(ref)
+    full = stream.prompt + stream.continuation
+    i = max(1, len(stream.prompt)) if full else 0
+    if i:
+        idx.observe(full[:i])
+    cost = 0.0
+    while i < len(full):
+        draft = idx.suggest(full[:i], budget)
+        a = 0
+        for d, t in zip(draft, full[i:]):
+            if d != t:
+                break
+            a += 1
+        if a >= min_draft and a + 1 > table.cost(a + 1):
+            idx.truncate_pending(a)
+            cost += table.cost(a + 1)
+            n = a + 1
+        else:
+            idx.truncate_pending(0)
+            cost += 1.0
+            n = 1
+        idx.observe(full[i: i + n])
+        i += n
+    return cost
 
 
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
@@ -248,6 +290,8 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         walk = ceiling_steps(full[:start], full[start:], budget, earlier)
         result.ceiling_steps += len(walk)
         result.ceiling_cost += sum(table.cost(L + 1) if L else 1.0 for L in walk)
+        if cross_request_tokens is None:
+            result.perfect_cost += perfect_policy_cost(stream, vocab_size, table, budget, options)
 
 
 def _feed_synthetic_topk(idx: SpeculationIndex, full: list[int], i: int, n: int,
@@ -359,6 +403,26 @@ def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKE
     return dict(workloads)
 
 
+def recorded_streams(path: Path) -> dict[str, list[Stream]]:
+    """Streams recorded by ``python -m fucina.bench.streams``, grouped as ``stream:<group>``."""
+    workloads: dict[str, list[Stream]] = defaultdict(list)
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                ids = lambda v: [int(t) for t in v]  # noqa: E731 - local shorthand
+                stream = Stream(prompt=ids(row["prompt"]), continuation=ids(row["output"]),
+                                references=[ids(r) for r in row.get("references", [])])
+                group = str(row["group"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: not a recorded stream ({exc})") from exc
+            if stream.continuation:
+                workloads[f"stream:{group}"].append(stream)
+    return dict(workloads)
+
+
 def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: bool,
                  table: CostTable | None = None, policy: bool = True) -> str:
     """The human-readable report."""
@@ -368,10 +432,11 @@ def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: boo
         how = "the drafting policy chooses what is verified" if policy else "every candidate verified whole"
         head += f"\n{how}; priced under: {table.source or 'a cost table'}"
     lines = [head, f"{'workload / source':<30}{'steps':>8}{'tokens':>9}{'tok/step':>10}{'µs/step':>10}"
-             f"{'drafted':>9}{'accept':>8}{'mean acc':>10}{'speedup':>9}{'ceiling':>15}"]
+             f"{'drafted':>9}{'accept':>8}{'mean acc':>10}{'speedup':>9}{'perfect':>9}{'ceiling':>15}"]
     for r in results:
         d = r.as_dict()
         proj = f"{d['projected_speedup']:>8.2f}x" if "projected_speedup" in d else f"{'':>9}"
+        proj += f"{d['perfect_policy_speedup']:>8.2f}x" if "perfect_policy_speedup" in d else f"{'':>9}"
         ceil = (f"{d['ceiling_tokens_per_step']:>6.2f} {d['ceiling_speedup']:>6.2f}x"
                 if r.ceiling_steps and table is not None else "")
         lines.append(f"{r.name:<30}{r.steps:>8}{r.tokens:>9}{d['tokens_per_step']:>10.2f}"
@@ -437,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=None, help="agent trace JSONL to replay (see above)")
     ap.add_argument("--context-tokens", type=int, default=TRACE_CONTEXT_TOKENS,
                     help="context tokens a trace request keeps (its last ones)")
+    ap.add_argument("--streams", type=Path, default=None,
+                    help="a model's recorded outputs of the bench tasks (python -m fucina.bench.streams)")
     ap.add_argument("--cross-request", type=int, default=None, metavar="TOKENS",
                     help="also replay each trace request with its trajectory's earlier requests in a "
                          "cross-request index bounded to TOKENS")
@@ -510,10 +577,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"replay: {exc}", file=sys.stderr)
             return 2
         workloads.update(traces)
+    if a.streams is not None:
+        try:
+            workloads.update(recorded_streams(a.streams))
+        except (OSError, ValueError) as exc:
+            print(f"replay: {exc}", file=sys.stderr)
+            return 2
     if not a.no_synthetic:
         workloads.update(synthetic_edit_streams(seed=a.seed))
     if not workloads:
-        print("replay: nothing to replay (give token files, --from-bench, --traces, or drop --no-synthetic)",
+        print("replay: nothing to replay (give token files, --from-bench, --traces, --streams, or drop --no-synthetic)",
               file=sys.stderr)
         return 2
 
