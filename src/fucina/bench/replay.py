@@ -178,8 +178,9 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
 def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, budget: int = 16,
                         options: CascadeOptions | None = None, min_draft: int = 2) -> float:
     """Cost of the stream's continuation under ``table`` when each step's draft is verified
-    exactly as far as it is accepted, if ``(a + 1) / C(a + 1) > 1`` and ``a >= min_draft``, else
-    stepped plainly. E.g. a draft accepted 3 deep under C(4) = 2.5 is verified (4 tokens for 2.5)."""
+    exactly as far as it is accepted (at least ``min_draft`` tokens: k = max(a, min_draft)) if
+    that pays, ``(a + 1) / C(k + 1) > 1``, and stepped plainly otherwise. E.g. a draft accepted 3
+    deep under C(4) = 2.5 is verified (4 tokens for 2.5); one accepted 0 deep never is."""
     idx = SpeculationIndex(vocab_size, options)
     for ref in stream.references:
         idx.add_reference(ref)
@@ -195,9 +196,10 @@ def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, budge
             if d != t:
                 break
             a += 1
-        if a >= min_draft and a + 1 > table.cost(a + 1):
-            idx.truncate_pending(a)
-            cost += table.cost(a + 1)
+        k = max(a, min_draft)
+        if a and k <= len(draft) and a + 1 > table.cost(k + 1):
+            idx.truncate_pending(k)
+            cost += table.cost(k + 1)
             n = a + 1
         else:
             idx.truncate_pending(0)
