@@ -16,8 +16,9 @@ V = 1000
 
 def design(**kw) -> CascadeOptions:
     """The design record's selection constants, now opt-in: the confidence budget beta = 2, SAM
-    matches from 2 tokens, per-source muting below 20%. Most tests here exercise those mechanisms."""
-    return CascadeOptions(**{"beta": 2, "min_match": 2, "mute_below": 0.2, **kw})
+    matches from 2 tokens, per-source muting below 20%, and no ``resume`` source (it came later;
+    tests/speculative/test_resume.py). Most tests here exercise those mechanisms."""
+    return CascadeOptions(**{"beta": 2, "min_match": 2, "mute_below": 0.2, "resume": False, **kw})
 
 
 NO_RECYCLING = design(recycling=False)

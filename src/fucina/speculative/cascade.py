@@ -8,7 +8,10 @@ Sources, in tie-break order:
    per-conversation cursor;
 3. ``cross-request`` — a snapshot of the tenant's earlier requests
    (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
-4. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
+4. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
+   at all), the copy it broke continued one token on: the text after the token the previous
+   match was followed by, as when a copied line gets one new word (``resume``, on by default);
+5. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
 
 Selection: every unmuted SAM source reports its match length; the longest match drafts (ties go
 to the conversation, whose recency beats a static document, then to the first-added reference)
@@ -87,6 +90,10 @@ class CascadeOptions:
     mute_below: float = 0.0
     #: Committed tokens a muted source sits out before its re-probe.
     mute_for: int = 128
+    #: Offer the ``resume`` candidate after a never-seen token (priced by the policy as its own
+    #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
+    #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
+    resume: bool = True
     #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
     recycling: bool = True
     #: Candidates kept per recycling row.
@@ -221,6 +228,10 @@ class SpeculationIndex:
         self._rec = (Recycling(vocab_size, opts.recycling_k, opts.recycling_max_chain)
                      if opts.recycling else None)
         self._rec_gate = _Gate("recycling", opts.mute_window)
+        self._resume_gate = _Gate("resume", opts.mute_window)
+        # Where the broken copy would go on (a stream position), or -1: set when the last observed
+        # token ended every conversation match; invariant: -1 whenever the conversation matches.
+        self._resume_at = -1
         self._pending: _Pending | None = None
         self._last_source: str | None = None
         self._last_forks: list[bool] | None = None
@@ -293,6 +304,10 @@ class SpeculationIndex:
             if draft:
                 self._last_forks = drafter.forks(draft)
                 return self._remember(gate, draft)
+        if self._resume_at >= 0 and not self._resume_gate.muted(now):
+            draft = self._conv.tokens[self._resume_at: self._resume_at + budget]
+            if draft:
+                return self._remember(self._resume_gate, draft)
         if self._rec is not None and not self._rec_gate.muted(now):
             draft = self._rec.suggest(context, budget)
             if draft:
@@ -307,6 +322,8 @@ class SpeculationIndex:
         for ref in self._sam_sources():
             if not ref.gate.muted(now):
                 best = max(best, ref.cursor.match_len())
+        if not best and self._resume_at >= 0 and not self._resume_gate.muted(now):
+            return 1  # a resume draft stands on the one broken token: priced like a 1-token match
         return best if best >= self.options.min_match else 0
 
     def observe(self, committed: Sequence[int]) -> None:
@@ -318,7 +335,16 @@ class SpeculationIndex:
         if not toks:
             return
         self._check_ids(toks)
-        self._conv.extend_many(toks)
+        conv = self._conv
+        if self.options.resume:
+            # The match before the last token says where a copy it breaks would have gone on.
+            if len(toks) > 1:
+                conv.extend_many(toks[:-1])
+            before = conv.occurrence() if conv.match_len() else -1
+            conv.extend_many(toks[-1:])
+            self._resume_at = before + 2 if before >= 0 and not conv.match_len() else -1
+        else:
+            conv.extend_many(toks)
         for ref in self._sam_sources():
             ref.cursor.feed_many(toks)
         if self._rec is not None:
@@ -414,6 +440,8 @@ class SpeculationIndex:
         """Per-source accepted/drafted counts and current mute state."""
         now = len(self._conv)
         gates = [self._conv_gate, *(r.gate for r in self._sam_sources())]
+        if self._resume_gate.drafted:  # listed once it has drafted
+            gates.append(self._resume_gate)
         if self._rec is not None:
             gates.append(self._rec_gate)
         return CascadeStats(tuple(g.stats(now) for g in gates))
