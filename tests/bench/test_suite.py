@@ -252,7 +252,7 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
                     progress=lambda t, m, r: order.append((t.id, r, m)),
                     on_task=lambda partial: checkpoints.append(len(partial.runs)))
     assert len(res.runs) == 3 * 2 * len(METHODS)
-    assert checkpoints == [14, 28, 42]  # one checkpoint after each task, cumulative
+    assert checkpoints == [2 * len(METHODS) * i for i in (1, 2, 3)]  # one checkpoint after each task, cumulative
     # interleaved: every repeat runs every method in METHODS order, plain first
     assert order[: 2 * len(METHODS)] == [("rep", r, m) for r in range(2) for m in METHODS]
     assert peer.calls[:2] == [None, 2]  # default num_pred_tokens, then 2
@@ -269,6 +269,7 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
     # references go to the full cascade only, never into the prompt
     assert "ref0" in by[("ref", "fucina", 0)].extra["sources"]
     assert "ref0" in by[("ref", "gate_open", 0)].extra["sources"]
+    assert "ref0" in by[("ref", "match_only", 0)].extra["sources"]
     assert set(by[("ref", "sam_only", 0)].extra["sources"]) == {"conversation"}
     assert by[("rep", "gate_open", 0)].verifies >= by[("rep", "fucina", 0)].verifies
     # the stand-in peer flips its last greedy token: caught, with plain's top-2 gap there

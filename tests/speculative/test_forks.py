@@ -142,3 +142,9 @@ def test_the_decoder_hands_the_forks_to_the_policy_and_stays_lossless():
     labels = set(d.policy.learned()["conversation"])
     assert any(lab.endswith(" unique") for lab in labels) and any(lab.endswith(" forked") for lab in labels)
     assert d.stats.verifies > 0
+
+
+def test_forks_off_reports_none():
+    idx = SpeculationIndex(100, CascadeOptions(recycling=False, forks=False))
+    idx.observe([1, 2, 3, 1, 2, 4, 1])
+    assert idx.suggest([], 2) == [2, 4] and idx.last_forks is None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 #: Every method, in the interleaving order of one repeat (plain first: it is the reference).
-METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open")
+METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open", "match_only")
 
 #: One line per method for the report's legend.
 METHOD_LEGEND: dict[str, str] = {
@@ -34,6 +34,8 @@ METHOD_LEGEND: dict[str, str] = {
     "peer_n2": "llama-cpp-python LlamaPromptLookupDecoding(num_pred_tokens=2)",
     "sam_only": "ablation: conversation SAM only (no references, no recycling), policy on: prompt-lookup-like",
     "gate_open": "ablation: full cascade + references with the policy forced open (verify every candidate)",
+    "match_only": "ablation: full cascade + references, the policy pricing drafts on match length alone "
+                  "(no fork flags, no resume source: the policy before them)",
 }
 
 

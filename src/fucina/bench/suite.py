@@ -360,7 +360,8 @@ def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream:
         return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
     if method == "sam_only":
         return SpeculationIndex(model.vocab_size, CascadeOptions(recycling=False))
-    index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table))  # as `fucina generate --spec`
+    base = CascadeOptions(forks=False, resume=False) if method == "match_only" else None
+    index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table, base))  # as `fucina generate --spec`
     for r in refs:
         index.add_reference(r)
     return index

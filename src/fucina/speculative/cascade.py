@@ -94,6 +94,10 @@ class CascadeOptions:
     #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
     #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
     resume: bool = True
+    #: Report each SAM draft's fork flags (``last_forks``), so the policy prices a token the text
+    #: continued several ways apart from one it continued one way only; False: priced on the
+    #: match length alone (the ablation ``fucina bench --methods match_only``).
+    forks: bool = True
     #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
     recycling: bool = True
     #: Candidates kept per recycling row.
@@ -302,7 +306,7 @@ class SpeculationIndex:
             cap = budget if opts.beta is None else min(budget, opts.beta * (1 + match))
             draft = [int(t) for t in drafter.draft(cap)]
             if draft:
-                self._last_forks = drafter.forks(draft)
+                self._last_forks = drafter.forks(draft) if opts.forks else None
                 return self._remember(gate, draft)
         if self._resume_at >= 0 and not self._resume_gate.muted(now):
             draft = self._conv.tokens[self._resume_at: self._resume_at + budget]
