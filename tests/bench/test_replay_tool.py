@@ -160,7 +160,7 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, capsys):
     model.reset()
     plain.feed(rows[0]["prompt"])
     assert rows[0]["output"] == list(plain.generate(48, frozenset(model.eos_ids)))  # the plain stream
-    assert rows[1]["references"] and rows[1]["group"] == "rag_ref"
+    assert rows[1]["references"] and rows[1]["group"] == "rag_ref" and rows[0]["temperature"] == 0.0
     got = replay.recorded_streams(out)
     assert set(got) == {"stream:repeat", "stream:rag_ref"} and got["stream:rag_ref"][0].references
     assert replay.main(["--streams", str(out), "--no-synthetic", "--flat", "--json",

@@ -222,3 +222,24 @@ def test_an_acceptance_model_carries_what_one_generation_learned_into_the_next()
     assert second.learned() == first.learned() and second.learned()["conversation"]["m32+"][1] == 100
     with pytest.raises(InvalidOption):
         AcceptanceModel(memory=1)
+
+
+def test_a_sampled_generation_learns_apart_from_greedy_ones_sharing_its_model():
+    from fucina.speculative.policy import SAMPLED_SUFFIX, AcceptanceModel
+
+    shared = AcceptanceModel(memory=10**6)
+    greedy = DraftPolicy(FLAT, acceptance=shared)
+    for i in range(40):  # greedy calls copied: every candidate right
+        greedy.choose([i, i + 1], 8, "conversation")
+        greedy.observe([i, i + 1])
+    sampled = DraftPolicy(FLAT, acceptance=shared, sampled=True)
+    assert sampled.kind_suffix == SAMPLED_SUFFIX
+    # The sampled call starts from the priors, not from the greedy record ...
+    assert sampled.acceptance("conversation" + SAMPLED_SUFFIX, 8) == pytest.approx(PRIOR_ACCEPTANCE[8])
+    assert greedy.acceptance("conversation", 8) > 0.9
+    sampled.choose([1, 2], 8, "conversation")
+    sampled.observe([7])
+    assert shared.learned()["conversation" + SAMPLED_SUFFIX] == {"m8-11": (0, 1)}
+    # ... unless the split is switched off (the match_only ablation): then both are one kind.
+    joined = DraftPolicy(FLAT, PolicyOptions(split_sampled=False), acceptance=shared, sampled=True)
+    assert joined.kind_suffix == ""

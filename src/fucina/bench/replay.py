@@ -50,6 +50,7 @@ Workloads:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -93,6 +94,8 @@ class Stream:
     references: list[list[int]] = field(default_factory=list)
     #: Earlier requests of the same tenant (each prompt + output), oldest first: the cross-request source.
     earlier: list[list[int]] = field(default_factory=list)
+    #: The continuation was sampled (T > 0), so the policy prices it as a sampled generation.
+    sampled: bool = False
 
 
 @dataclass
@@ -213,7 +216,8 @@ def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, budge
 def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budget: int = 16,
                   synth_topk: bool = False, options: CascadeOptions | None = None,
                   table: CostTable | None = None, cross_request_tokens: int | None = None,
-                  use_policy: bool = True, acceptance: AcceptanceModel | None = None) -> None:
+                  use_policy: bool = True, acceptance: AcceptanceModel | None = None,
+                  policy_options: PolicyOptions | None = None) -> None:
     """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``.
 
     With ``table`` every step is priced under it and (unless ``use_policy`` is false) the drafting
@@ -234,7 +238,8 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         snap = cross.snapshot()
         if snap is not None:
             idx.set_cross_request(snap)
-    policy = (DraftPolicy(table, PolicyOptions(max_draft=budget), acceptance=acceptance)
+    popts = dataclasses.replace(policy_options or PolicyOptions(), max_draft=budget)
+    policy = (DraftPolicy(table, popts, acceptance=acceptance, sampled=stream.sampled)
               if table is not None and use_policy else None)
     full = stream.prompt + stream.continuation
     start = len(stream.prompt)
@@ -416,7 +421,8 @@ def recorded_streams(path: Path) -> dict[str, list[Stream]]:
                 row = json.loads(line)
                 ids = lambda v: [int(t) for t in v]  # noqa: E731 - local shorthand
                 stream = Stream(prompt=ids(row["prompt"]), continuation=ids(row["output"]),
-                                references=[ids(r) for r in row.get("references", [])])
+                                references=[ids(r) for r in row.get("references", [])],
+                                sampled=float(row.get("temperature", 0.0)) > 0)
                 group = str(row["group"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: not a recorded stream ({exc})") from exc
@@ -527,6 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--legacy-cascade", action="store_true",
                     help="the design record's selection constants (beta 2, matches from 2 tokens, muting "
                          "below 20%%), i.e. the cascade before the drafting policy")
+    ap.add_argument("--match-only", action="store_true",
+                    help="the policy priced on match length alone: no fork flags, no resume source, "
+                         "sampled and greedy streams learned together (fucina bench's match_only)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="index vocabulary (default: the tokenizer's, else max id + 1)")
     ap.add_argument("--seed", type=int, default=0, help="synthetic transcript seed")
@@ -592,7 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-    legacy = dict(beta=2, min_match=2, mute_below=0.2) if a.legacy_cascade else {}
+    legacy = (dict(beta=2, min_match=2, mute_below=0.2, resume=False, forks=False) if a.legacy_cascade else {})
+    if a.match_only:
+        legacy.update(forks=False, resume=False)
     opts = CascadeOptions(recycling=not a.no_recycling, **legacy)
     if a.priors:
         for name, streams in workloads.items():
@@ -605,15 +616,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cross_request is not None:
         runs += [(f"{n} +cross-request", w, a.cross_request) for n, w in traces.items()]
     results = []
+    # A model's recorded streams share one acceptance model across their groups, in file order, as
+    # one LLM (and fucina bench, per method) shares it across its calls; other workloads start fresh.
+    recorded = AcceptanceModel()
     for name, streams, cross in runs:
         result = WorkloadResult(name)
-        learned = AcceptanceModel()
+        learned = recorded if name.startswith("stream:") else AcceptanceModel()
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
             replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
                           table=table, cross_request_tokens=cross, use_policy=not a.no_policy,
-                          acceptance=learned)
+                          acceptance=learned, policy_options=PolicyOptions(split_sampled=not a.match_only))
         results.append(result)
 
     if a.json:

@@ -35,7 +35,8 @@ METHOD_LEGEND: dict[str, str] = {
     "sam_only": "ablation: conversation SAM only (no references, no recycling), policy on: prompt-lookup-like",
     "gate_open": "ablation: full cascade + references with the policy forced open (verify every candidate)",
     "match_only": "ablation: full cascade + references, the policy pricing drafts on match length alone "
-                  "(no fork flags, no resume source: the policy before them)",
+                  "(no fork flags, no resume source, sampled and greedy calls learned together: the policy "
+                  "before them)",
 }
 
 

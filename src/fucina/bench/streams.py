@@ -7,7 +7,8 @@ about a second for the whole task file: policy changes can be judged on what the
 
 Each output line is JSON: ``id``, ``group``, ``prompt`` (token ids, through the chat template as
 ``fucina bench`` encodes them), ``output`` (the plain decoder's token ids with the task's sampler)
-and ``references`` (token ids per document).
+``references`` (token ids per document) and ``temperature`` (the task's; T > 0 is replayed as a
+sampled generation).
 
     python -m fucina.bench.streams --tasks bench-out/tasks.jsonl --model smollm2-135m \\
         --per-group 3 --out bench-out/streams-smollm2.jsonl
@@ -41,7 +42,8 @@ def record(model, tasks, out: Path, progress=None) -> int:
             decoder.feed(p.prompt)
             tokens = list(decoder.generate(p.task.gen, stops))
             f.write(json.dumps({"id": p.task.id, "group": p.task.group, "prompt": list(p.prompt),
-                                "output": tokens, "references": [list(r) for r in p.refs]}) + "\n")
+                                "output": tokens, "references": [list(r) for r in p.refs],
+                                "temperature": p.task.temperature}) + "\n")
             if progress is not None:
                 progress(i, len(prepared), p.task.id)
     model.reset()

@@ -16,6 +16,8 @@ sampler per run, so every repeat draws the same stream. The peer's settings are 
 
 from __future__ import annotations
 
+import dataclasses
+
 import gc
 import json
 import math
@@ -386,7 +388,10 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     if method == "plain":
         decoder = PlainDecoder(model, sampler)
     else:
-        opts = SpecOptions(policy=policy or PolicyOptions(), gate_enabled=method != "gate_open")
+        pol = policy or PolicyOptions()
+        if method == "match_only":
+            pol = dataclasses.replace(pol, split_sampled=False)
+        opts = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
     setup = clock() - s0

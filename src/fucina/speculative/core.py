@@ -125,7 +125,8 @@ class SpeculativeDecoder(CommittedStream):
         truncate = getattr(source, "truncate_pending", None)
         self._truncate = truncate if callable(truncate) else None
         # ``acceptance``: what earlier generations learned of the sources (None: start from the priors).
-        self.policy = DraftPolicy(cost_table, self.options.policy, acceptance=acceptance)
+        self.policy = DraftPolicy(cost_table, self.options.policy, acceptance=acceptance,
+                                  sampled=not getattr(getattr(sampler, "options", None), "greedy", True))
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()

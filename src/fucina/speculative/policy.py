@@ -47,7 +47,7 @@ from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
 __all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE", "PRIOR_FORKED",
-           "E_EDGES", "N_BUCKETS", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
+           "E_EDGES", "N_BUCKETS", "SAMPLED_SUFFIX", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -114,6 +114,9 @@ def e_label(bucket: int) -> str:
 #: its own scored record prices it; a bad one costs a few verifies (the floor tests bound them).
 UNKNOWN_CONFIDENCE = E_EDGES[-1]
 
+#: The kind suffix of a sampled generation's candidates (see ``PolicyOptions.split_sampled``).
+SAMPLED_SUFFIX = "@sampled"
+
 _REF = re.compile(r"ref\d+")
 
 
@@ -145,6 +148,10 @@ class PolicyOptions:
     scale_alpha: float = 0.2
     scale_min: float = 0.25
     scale_max: float = 4.0
+    #: Learn a sampled generation's acceptance apart from a greedy one's (kinds ``conversation``
+    #: and ``conversation@sampled``): a sampler at T > 0 accepts the same drafts less often, and
+    #: an acceptance model shared across calls would otherwise price a sampled call by greedy ones.
+    split_sampled: bool = True
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_gain < 10.0):
@@ -246,9 +253,11 @@ class DraftPolicy:
     """
 
     def __init__(self, table: CostTable, options: PolicyOptions | None = None, *,
-                 acceptance: AcceptanceModel | None = None) -> None:
+                 acceptance: AcceptanceModel | None = None, sampled: bool = False) -> None:
         self.table = table
         self.options = o = options or PolicyOptions()
+        #: Appended to every kind when the generation samples (``split_sampled``).
+        self.kind_suffix = SAMPLED_SUFFIX if sampled and o.split_sampled else ""
         self.scale = 1.0  # live multiplier on the table
         self.plain_seconds: float | None = None  # EWMA of one plain forward
         #: What is known of p; shared with other generations when the caller passes one.
@@ -293,7 +302,7 @@ class DraftPolicy:
         """
         if not draft:
             return 0
-        kind = kind_of(source_name)
+        kind = kind_of(source_name) + self.kind_suffix
         confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
         if forks is not None:
             forks = [bool(f) for f in forks] if len(forks) == len(draft) else None
