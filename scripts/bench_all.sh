@@ -23,12 +23,21 @@ done
 TR="$SHARED/traces/agent_traces_dev.jsonl"
 for t in "--flat" "--cost-table $OUT/cost-smollm2-135m.json"; do
   python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --legacy-cascade --no-policy
+  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --match-only
   python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --cross-request 65536
 done > "$OUT/replay-traces.txt"
+# Each model's own plain outputs of the bench tasks, replayed under its cost table: the policy (and its
+# match_only ablation) beside the perfect policy and the retrieval ceiling.
+for m in gemma3-270m smollm2-135m; do
+  python -m fucina.bench.streams --tasks "$OUT/tasks.jsonl" --model "$m" --out "$OUT/streams-$m.jsonl"
+  for a in "" "--match-only"; do
+    python -m fucina.bench.replay --streams "$OUT/streams-$m.jsonl" --no-synthetic --cost-table "$OUT/cost-$m.json" $a
+  done > "$OUT/replay-streams-$m.txt"
+done
 python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
 # Tier 2: end to end (the patched engine when built: exact level).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
-fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only --repeats 3 \
+fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only,match_only --repeats 3 \
   --out "$OUT/suite-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
 python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
