@@ -385,17 +385,8 @@ def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKE
     Each stream's ``earlier`` holds its trajectory's previous requests (context + output, the
     context cut like the prompt), for the cross-request source set.
     """
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                rows.append((str(row["source"]), str(row["trajectory"]), int(row["step"]),
-                             str(row["context"]), str(row["output"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: not a trace row ({exc})") from exc
+    rows = read_jsonl(path, "trace row", lambda row: (str(row["source"]), str(row["trajectory"]),
+                                                      int(row["step"]), str(row["context"]), str(row["output"])))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     workloads: dict[str, list[Stream]] = defaultdict(list)
     history: dict[tuple[str, str], list[list[int]]] = defaultdict(list)
@@ -412,23 +403,35 @@ def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKE
 
 def recorded_streams(path: Path) -> dict[str, list[Stream]]:
     """Streams recorded by ``python -m fucina.bench.streams``, grouped as ``stream:<group>``."""
+    def parse(row: dict) -> tuple[str, Stream]:
+        return str(row["group"]), Stream(prompt=_ids(row["prompt"]), continuation=_ids(row["output"]),
+                                         references=[_ids(r) for r in row.get("references", [])],
+                                         sampled=float(row.get("temperature", 0.0)) > 0)
+
     workloads: dict[str, list[Stream]] = defaultdict(list)
+    for group, stream in read_jsonl(path, "recorded stream", parse):
+        if stream.continuation:
+            workloads[f"stream:{group}"].append(stream)
+    return dict(workloads)
+
+
+def read_jsonl(path: Path, what: str, parse) -> list:
+    """``parse(row)`` of every non-empty line of a JSONL file; a bad line raises ValueError naming
+    ``path:line`` and ``what`` it should have been."""
+    out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                ids = lambda v: [int(t) for t in v]  # noqa: E731 - local shorthand
-                stream = Stream(prompt=ids(row["prompt"]), continuation=ids(row["output"]),
-                                references=[ids(r) for r in row.get("references", [])],
-                                sampled=float(row.get("temperature", 0.0)) > 0)
-                group = str(row["group"])
+                out.append(parse(json.loads(line)))
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: not a recorded stream ({exc})") from exc
-            if stream.continuation:
-                workloads[f"stream:{group}"].append(stream)
-    return dict(workloads)
+                raise ValueError(f"{path}:{n}: not a {what} ({exc})") from exc
+    return out
+
+
+def _ids(values) -> list[int]:
+    return [int(t) for t in values]
 
 
 def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: bool,
