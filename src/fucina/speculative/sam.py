@@ -191,8 +191,8 @@ def draft_forks(index: "SamIndex", state: int, draft: Sequence[int]) -> list[boo
     ``forks[j]`` is True when the text indexed so far continued the string read before
     ``draft[j]`` (the matched suffix + ``draft[:j]``) in more than one way, i.e. that state has
     more than one outgoing transition. A token with one recorded continuation is the text's only
-    answer; a forked one is a guess among several, and on conversations is accepted about half as
-    often at short matches (the policy prices the two apart). Invariant used: a state's first
+    answer; a forked one is a guess among several, and at short matches is accepted about a third as
+    often (the policy prices the two apart). Invariant used: a state's first
     transition is inline and every further one is on its edge list, so "more than one" is
     ``ehead[v] != -1``, O(1) per token.
 
@@ -200,7 +200,7 @@ def draft_forks(index: "SamIndex", state: int, draft: Sequence[int]) -> list[boo
     3 or 4, so draft [2, 4] from the state of [1] gives [False, True]. A token with no transition
     (not a continuation of the state) and every token after it count as forked.
     """
-    ftok, fto, ehead, get = index._ftok, index._fto, index._ehead, index._extra.get
+    ehead = index._ehead
     out: list[bool] = []
     v = state
     for c in draft:
@@ -208,9 +208,17 @@ def draft_forks(index: "SamIndex", state: int, draft: Sequence[int]) -> list[boo
             out.append(True)
             continue
         out.append(ehead[v] != -1)
-        ft = ftok[v]
-        v = fto[v] if ft == c else (get((v << _SHIFT) | c, -1) if ft != -1 else -1)
+        v = _transition(index, v, c)
     return out
+
+
+def _transition(index: "SamIndex", v: int, c: int) -> int:
+    """Target of state ``v``'s ``c``-transition, or -1. (SamCursor._feed inlines the same lookup:
+    it is the per-token hot loop.)"""
+    ft = index._ftok[v]
+    if ft == c:
+        return index._fto[v]
+    return index._extra.get((v << _SHIFT) | c, -1) if ft != -1 else -1
 
 
 class SamIndex:
@@ -422,11 +430,9 @@ class SamIndex:
         """
         if self._poisoned:
             return 0
-        ftok, fto, get = self._ftok, self._fto, self._extra.get
         v, n = 0, 0
         for c in tokens:
-            ft = ftok[v]
-            w = fto[v] if ft == c else (get((v << _SHIFT) | c, -1) if ft != -1 else -1)
+            w = _transition(self, v, c)
             if w == -1:
                 break
             v, n = w, n + 1
