@@ -308,7 +308,7 @@ class SpeculationIndex:
             if draft:
                 self._last_forks = drafter.forks(draft) if opts.forks else None
                 return self._remember(gate, draft)
-        if self._resume_at >= 0 and not self._resume_gate.muted(now):
+        if self._resume_ready(now):
             draft = self._conv.tokens[self._resume_at: self._resume_at + budget]
             if draft:
                 return self._remember(self._resume_gate, draft)
@@ -326,7 +326,7 @@ class SpeculationIndex:
         for ref in self._sam_sources():
             if not ref.gate.muted(now):
                 best = max(best, ref.cursor.match_len())
-        if not best and self._resume_at >= 0 and not self._resume_gate.muted(now):
+        if not best and self._resume_ready(now):
             return 1  # a resume draft stands on the one broken token: priced like a 1-token match
         return best if best >= self.options.min_match else 0
 
@@ -344,7 +344,7 @@ class SpeculationIndex:
             # The match before the last token says where a copy it breaks would have gone on.
             if len(toks) > 1:
                 conv.extend_many(toks[:-1])
-            before = conv.occurrence() if conv.match_len() else -1
+            before = conv.occurrence()  # -1 without a match
             conv.extend_many(toks[-1:])
             self._resume_at = before + 2 if before >= 0 and not conv.match_len() else -1
         else:
@@ -461,6 +461,10 @@ class SpeculationIndex:
     def _sam_sources(self) -> list[_Reference]:
         """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
         return self._refs if self._cross is None else [*self._refs, self._cross]
+
+    def _resume_ready(self, now: int) -> bool:
+        """A broken copy can be resumed (the last token was never seen) and the source is not muted."""
+        return self._resume_at >= 0 and not self._resume_gate.muted(now)
 
     def _remember(self, gate: _Gate, draft: list[int]) -> list[int]:
         self._pending = _Pending(gate, list(draft))
