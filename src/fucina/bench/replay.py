@@ -65,11 +65,13 @@ from fucina.errors import FucinaError
 
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, e_bucket, e_label
+from fucina.speculative.policy import (N_BUCKETS, AcceptanceModel, DraftPolicy, PolicyOptions, e_bucket,
+                                       e_label)
 from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
-           "trace_streams", "recorded_streams", "flat_table", "ceiling_steps", "perfect_policy_cost", "main"]
+           "trace_streams", "recorded_streams", "flat_table", "ceiling_steps", "perfect_policy_cost",
+           "match_only", "main"]
 
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
@@ -178,27 +180,50 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
     return out
 
 
+def match_only(cascade: CascadeOptions, policy: PolicyOptions) -> tuple[CascadeOptions, PolicyOptions]:
+    """The ``match_only`` ablation of given options: drafts priced on match length alone (no fork
+    flags, no resume source, sampled and greedy generations learned together). ``fucina bench
+    --methods match_only`` and ``replay --match-only`` both take it from here."""
+    return (dataclasses.replace(cascade, forks=False, resume=False),
+            dataclasses.replace(policy, split_sampled=False))
+
+
+def _primed_index(stream: Stream, vocab_size: int, options: CascadeOptions | None,
+                  ) -> tuple[SpeculationIndex, list[int], int]:
+    """A fresh index holding the stream's references and prompt: (index, prompt + continuation,
+    the first scored position). Nothing can be drafted before the first token, so an empty
+    prompt lends the continuation's first token the prompt's role."""
+    idx = SpeculationIndex(vocab_size, options)
+    for ref in stream.references:
+        idx.add_reference(ref)
+    full = stream.prompt + stream.continuation
+    start = max(1, len(stream.prompt)) if full else 0
+    if start:
+        idx.observe(full[:start])
+    return idx, full, start
+
+
+def _accepted(draft: Sequence[int], actual: Sequence[int]) -> int:
+    """Length of the common prefix of a draft and what was actually committed there."""
+    n = 0
+    for d, t in zip(draft, actual):
+        if d != t:
+            break
+        n += 1
+    return n
+
+
 def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, budget: int = 16,
                         options: CascadeOptions | None = None, min_draft: int = 2) -> float:
     """Cost of the stream's continuation under ``table`` when each step's draft is verified
     exactly as far as it is accepted (at least ``min_draft`` tokens: k = max(a, min_draft)) if
     that pays, ``(a + 1) / C(k + 1) > 1``, and stepped plainly otherwise. E.g. a draft accepted 3
     deep under C(4) = 2.5 is verified (4 tokens for 2.5); one accepted 0 deep never is."""
-    idx = SpeculationIndex(vocab_size, options)
-    for ref in stream.references:
-        idx.add_reference(ref)
-    full = stream.prompt + stream.continuation
-    i = max(1, len(stream.prompt)) if full else 0
-    if i:
-        idx.observe(full[:i])
+    idx, full, i = _primed_index(stream, vocab_size, options)
     cost = 0.0
     while i < len(full):
         draft = idx.suggest(full[:i], budget)
-        a = 0
-        for d, t in zip(draft, full[i:]):
-            if d != t:
-                break
-            a += 1
+        a = _accepted(draft, full[i:])
         k = max(a, min_draft)
         if a and k <= len(draft) and a + 1 > table.cost(k + 1):
             idx.truncate_pending(k)
@@ -226,9 +251,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
     cross-request source. ``acceptance``: the policy's learned acceptance, shared across the
     streams of a workload as one LLM shares it across its calls.
     """
-    idx = SpeculationIndex(vocab_size, options)
-    for ref in stream.references:
-        idx.add_reference(ref)
+    idx, full, start = _primed_index(stream, vocab_size, options)
     if cross_request_tokens is not None and stream.earlier:
         from fucina.speculative.crossreq import CrossRequestIndex
 
@@ -241,13 +264,6 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
     popts = dataclasses.replace(policy_options or PolicyOptions(), max_draft=budget)
     policy = (DraftPolicy(table, popts, acceptance=acceptance, sampled=stream.sampled)
               if table is not None and use_policy else None)
-    full = stream.prompt + stream.continuation
-    start = len(stream.prompt)
-    if start == 0:
-        # Nothing can be drafted before the first token; it plays the role of the prompt.
-        start = 1 if full else 0
-    if start:
-        idx.observe(full[:start])
     k_top = idx.recycling.k if idx.recycling is not None else 0
     successors: dict[int, Counter[int]] = defaultdict(Counter)
     if synth_topk:
@@ -270,11 +286,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
             draft = draft[:k]
             if not k:
                 source = NO_DRAFT
-        accepted = 0
-        for d, t in zip(draft, full[i:]):
-            if d != t:
-                break
-            accepted += 1
+        accepted = _accepted(draft, full[i:])
         commit = full[i: i + accepted + 1]
         idx.observe(commit)
         if policy is not None:
@@ -430,6 +442,10 @@ def read_jsonl(path: Path, what: str, parse) -> list:
     return out
 
 
+#: Bucket id of each label ``e_label`` gives (fork classes included), to print buckets in order.
+_BUCKET_OF_LABEL = {e_label(b): b for b in range(3 * N_BUCKETS)}
+
+
 def _ids(values) -> list[int]:
     return [int(t) for t in values]
 
@@ -475,13 +491,8 @@ def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
     """
     total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for s in streams:
-        idx = SpeculationIndex(vocab_size, options)
-        for ref in s.references:
-            idx.add_reference(ref)
+        idx, full, i = _primed_index(s, vocab_size, options)
         policy = DraftPolicy(flat_table(), PolicyOptions(max_draft=budget))
-        full = s.prompt + s.continuation
-        i = max(1, len(s.prompt)) if full else 0
-        idx.observe(full[:i])
         while i < len(full):
             policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True,
                           forks=idx.last_forks)
@@ -605,14 +616,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     legacy = (dict(beta=2, min_match=2, mute_below=0.2, resume=False, forks=False) if a.legacy_cascade else {})
+    opts, popts = CascadeOptions(recycling=not a.no_recycling, **legacy), PolicyOptions()
     if a.match_only:
-        legacy.update(forks=False, resume=False)
-    opts = CascadeOptions(recycling=not a.no_recycling, **legacy)
+        opts, popts = match_only(opts, popts)
     if a.priors:
         for name, streams in workloads.items():
             v = vocab or (max((t for s in streams for t in s.prompt + s.continuation), default=0) + 1)
             got = measure_priors(streams, v, a.budget, opts)
-            order = sorted(got, key=lambda lab: (lab.partition(" ")[2], int(lab[1:].split(" ")[0].split("-")[0].rstrip("+"))))
+            order = sorted(got, key=_BUCKET_OF_LABEL.__getitem__)
             print(f"{name}: " + " ".join(f"{lab} {got[lab][0] / got[lab][1]:.2f} ({got[lab][1]})" for lab in order))
         return 0
     runs: list[tuple[str, list[Stream], int | None]] = [(n, w, None) for n, w in workloads.items()]
@@ -630,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             v = vocab or (max(ids, default=0) + 1)
             replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
                           table=table, cross_request_tokens=cross, use_policy=not a.no_policy,
-                          acceptance=learned, policy_options=PolicyOptions(split_sampled=not a.match_only))
+                          acceptance=learned, policy_options=popts)
         results.append(result)
 
     if a.json:

@@ -16,8 +16,6 @@ sampler per run, so every repeat draws the same stream. The peer's settings are 
 
 from __future__ import annotations
 
-import dataclasses
-
 import gc
 import json
 import math
@@ -28,6 +26,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from fucina.bench.replay import match_only
 from fucina.bench.report import METHODS, Divergence, RunRecord
 from fucina.errors import FucinaError, InvalidOption
 from fucina.generate import PlainDecoder
@@ -362,7 +361,7 @@ def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream:
         return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
     if method == "sam_only":
         return SpeculationIndex(model.vocab_size, CascadeOptions(recycling=False))
-    base = CascadeOptions(forks=False, resume=False) if method == "match_only" else None
+    base = match_only(CascadeOptions(), PolicyOptions())[0] if method == "match_only" else None
     index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table, base))  # as `fucina generate --spec`
     for r in refs:
         index.add_reference(r)
@@ -390,7 +389,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     else:
         pol = policy or PolicyOptions()
         if method == "match_only":
-            pol = dataclasses.replace(pol, split_sampled=False)
+            pol = match_only(CascadeOptions(), pol)[1]
         opts = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
