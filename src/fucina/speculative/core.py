@@ -176,10 +176,9 @@ class SpeculativeDecoder(CommittedStream):
             draft = self._advise(lambda: [int(t) for t in self.source.suggest(self.history, room)][:room]) or []
         # 2. Decide: k = argmax (E[accepted | conf, k] + 1) / C(k + 1), or 0 when no k beats a plain step.
         #    The source may say which draft tokens were one continuation among several (forks).
-        forks = getattr(self.source, "last_forks", None) if draft else None
         k = policy.choose(draft, conf, getattr(self.source, "last_source", None),
                           forced=not self.options.gate_enabled,
-                          forks=forks[:len(draft)] if forks is not None else None) if draft else 0
+                          forks=getattr(self.source, "last_forks", None)) if draft else 0
         if k < len(draft) and self._truncate is not None:
             self._advise(lambda: self._truncate(k))  # the source counts only what is verified
         if k < o.min_draft:

@@ -296,8 +296,8 @@ class DraftPolicy:
                *, forced: bool = False, forks: Sequence[bool] | None = None) -> int:
         """How many tokens of ``draft`` to verify (0 = a plain step); the candidate is kept for scoring.
 
-        ``forks``: the source's fork flag of each draft token (None, or a list of another length:
-        priced without). ``forced`` (the gate-open ablation) verifies the whole draft but still
+        ``forks``: the source's fork flag of each draft token, read up to the draft's length (None,
+        or a list shorter than the draft: priced without). ``forced`` (the gate-open ablation) verifies the whole draft but still
         scores it.
         """
         if not draft:
@@ -305,7 +305,7 @@ class DraftPolicy:
         kind = kind_of(source_name) + self.kind_suffix
         confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
         if forks is not None:
-            forks = [bool(f) for f in forks] if len(forks) == len(draft) else None
+            forks = [bool(f) for f in forks[:len(draft)]] if len(forks) >= len(draft) else None
         self._pending.append(_Candidate([int(t) for t in draft], confidence, kind, forks))
         o = self.options
         if forced:
