@@ -9,7 +9,7 @@ from fucina.bench import http
 
 def _sample(server: str, group: str, item: str, tps: float, repeat: int = 0) -> dict:
     return dict(server=server, workload="task", group=group, item=item, repeat=repeat, prompt_chars=10,
-                tokens=64, ttft=0.1, decode_tps=tps, wall=1.0)
+                tokens=64, ttft=0.1, decode_tps=tps, wall=1.0, seen=repeat > 0)
 
 
 def test_speedup_is_over_the_same_servers_plain_run_median_of_tasks():
@@ -39,3 +39,24 @@ def test_markdown_tables_and_ratios():
                           {"model": "m", "date": "d", "machine": "x", "command": "c"}, samples)
     assert "| g | 2.50x | 1.25x | 1.00x |" in text  # decode ratio to llama-server
     assert "| g | 2.00x |" in text  # fucina over fucina-plain
+
+
+def test_first_sight_and_seen_before_requests_are_reported_apart():
+    # ngram-mod remembers the first answer: 1.0x on first sight, 2.0x when the request comes back.
+    samples = [_sample("llama-server", "g", "a", 10.0, r) for r in range(3)]
+    samples += [_sample("ngram-mod", "g", "a", v, r) for r, v in enumerate((10.0, 20.0, 20.0))]
+    assert http._speedups(samples, seen=False)["g"]["ngram-mod"] == pytest.approx(1.0)
+    assert http._speedups(samples, seen=True)["g"]["ngram-mod"] == pytest.approx(2.0)
+    old = [{k: v for k, v in s.items() if k != "seen"} for s in samples]  # results from before the field
+    assert http._speedups(old, seen=True) == http._speedups(samples, seen=True)
+    # With --fresh every repeat is a first sight, whatever its number.
+    fresh = [dict(s, seen=False) for s in samples]
+    assert http._speedups(fresh, seen=True) == {}
+    assert http._speedups(fresh, seen=False)["g"]["ngram-mod"] == pytest.approx(2.0)  # median of 1, 2, 2
+    text = "\n".join(http._speedup_table(samples, ["llama-server", "ngram-mod"]))
+    assert "first sight" in text and "served before" in text
+
+
+def test_fucina_xreq_is_measured_against_fucina_plain():
+    assert http.PLAIN_OF["fucina-xreq"] == "fucina-plain"
+    assert "fucina-xreq" in http.SERVERS

@@ -6,7 +6,10 @@ Servers (``--servers``, each started here on 127.0.0.1 with the same GGUF, conte
 
 * ``api``: no server — the same request through ``fucina.LLM`` in this process, timed the same way
   (what HTTP costs is the ratio of ``fucina`` to it);
-* ``fucina`` / ``fucina-plain``: ``fucina serve`` with and without speculation;
+* ``fucina`` / ``fucina-plain``: ``fucina serve`` with and without speculation; ``fucina-xreq``: with
+  speculation and its cross-request index (``--cross-request-tokens 65536``, one tenant: no API key),
+  so it drafts from the requests it served before, as llama.cpp's ``ngram-mod`` does from its n-gram
+  pool (shared across requests, kept until it fills);
 * ``lcp`` / ``lcp-pld``: llama-cpp-python's server, plain and with its prompt-lookup draft
   (``--draft_model prompt-lookup-decoding``);
 * ``llama-server`` / ``ngram-mod`` / ``ngram-simple`` / ``ngram-map-k``: llama.cpp's own server
@@ -19,7 +22,11 @@ model's chat template rendered by fucina, special tokens parsed, as all three se
 
 * **tasks**: each bench task's prompt, ``gen`` tokens, streamed; per request the client measures
   TTFT (request sent -> first text) and decode speed ((tokens - 1) / (last text - first text)).
-  Servers are interleaved per repeat (every server runs a task before any runs it again).
+  Servers are interleaved per repeat (every server runs a task before any runs it again). From the
+  second repeat on, a server has served the same request before, which a server that remembers across
+  requests (``ngram-mod``, ``fucina-xreq``) drafts from: the report keeps those **seen-before** requests
+  apart from the **first-sight** ones. ``--fresh`` restarts every server before each repeat, so every
+  request is a first sight (repeats then measure the cold case with the noise averaged).
 * **sessions** (``--traces``): each agent trajectory replayed as one multi-turn session against our
   model (each request's recorded context as the prompt, ``--session-gen`` tokens): the TTFT of every
   turn (prefix reuse shows here) and the wall time of the whole session.
@@ -45,7 +52,7 @@ from typing import Sequence
 
 from fucina.catalog import model_id
 
-SERVERS = ("api", "fucina", "fucina-plain", "lcp", "lcp-pld", "llama-server", "ngram-mod", "ngram-simple", "ngram-map-k")
+SERVERS = ("api", "fucina", "fucina-plain", "fucina-xreq", "lcp", "lcp-pld", "llama-server", "ngram-mod", "ngram-simple", "ngram-map-k")
 LLAMA_SPEC = {"llama-server": "none", "ngram-mod": "ngram-mod", "ngram-simple": "ngram-simple",
               "ngram-map-k": "ngram-map-k"}
 
@@ -64,6 +71,12 @@ class Sample:
     ttft: float
     decode_tps: float
     wall: float
+    #: This server had served the same request before (a repeat after the first, without ``--fresh``).
+    seen: bool = False
+
+
+#: Tokens of ``fucina-xreq``'s cross-request index (the server's ``--cross-request-tokens``).
+XREQ_TOKENS = 65536
 
 
 def _free_port() -> int:
@@ -121,7 +134,8 @@ class Server:
         host = ["--host", "127.0.0.1", "--port", str(self.port)]
         if kind.startswith("fucina"):
             cmd = [sys.executable, "-m", "fucina.cli", "serve", model, "--ctx", str(ctx), "--threads", str(threads),
-                   *host] + (["--no-spec"] if kind == "fucina-plain" else [])
+                   *host] + {"fucina-plain": ["--no-spec"],
+                             "fucina-xreq": ["--cross-request-tokens", str(XREQ_TOKENS)]}.get(kind, [])
         elif kind.startswith("lcp"):
             cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--n_ctx", str(ctx),
                    "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", "m", *host]
@@ -136,7 +150,7 @@ class Server:
             cmd += ["-fa", os.environ.get("FUCINA_BENCH_LLAMA_FA", "off")]
             if kind != "llama-server":
                 cmd += ["--spec-draft-n-max", "16"]
-        self.log = open(log_dir / f"{kind}.log", "w")
+        self.log = open(log_dir / f"{kind}.log", "a")  # appended: --fresh starts a server once per repeat
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.cmd = cmd
         #: The model id this server answers to (fucina checks it; the others accept any).
@@ -218,15 +232,22 @@ def _summary(samples: Sequence[Sample]) -> dict:
 
 
 #: Each speculating server and the plain server it is measured against (same engine, same settings).
-PLAIN_OF = {"fucina": "fucina-plain", "lcp-pld": "lcp", "ngram-mod": "llama-server", "ngram-simple": "llama-server",
+PLAIN_OF = {"fucina": "fucina-plain", "fucina-xreq": "fucina-plain", "lcp-pld": "lcp", "ngram-mod": "llama-server", "ngram-simple": "llama-server",
             "ngram-map-k": "llama-server"}
 
 
-def _speedups(samples: Sequence[dict]) -> dict[str, dict[str, float]]:
-    """Per task group: median over tasks of (median decode tok/s of a speculating server / its plain one)."""
+def _seen(sample: dict) -> bool:
+    # Results written before the field existed ran without --fresh: every repeat after the first was seen.
+    return bool(sample.get("seen", sample["repeat"] > 0))
+
+
+def _speedups(samples: Sequence[dict], seen: bool | None = None) -> dict[str, dict[str, float]]:
+    """Per task group: median over tasks of (median decode tok/s of a speculating server / its plain one).
+
+    ``seen``: only the requests the server had (True) or had not (False) served before; None: all."""
     per: dict[tuple[str, str, str], list[float]] = {}
     for s in samples:
-        if s["workload"] == "task":
+        if s["workload"] == "task" and (seen is None or _seen(s) == seen):
             per.setdefault((s["group"], s["item"], s["server"]), []).append(s["decode_tps"])
     med = {k: statistics.median(v) for k, v in per.items()}
     out: dict[str, dict[str, list[float]]] = {}
@@ -237,12 +258,27 @@ def _speedups(samples: Sequence[dict]) -> dict[str, dict[str, float]]:
     return {g: {k: statistics.median(v) for k, v in row.items()} for g, row in sorted(out.items())}
 
 
+#: The speedup tables: (which requests, title).
+SPEEDUP_TABLES = (
+    (False, "Speculative speedup over the same server's plain decoding, first sight of each request "
+            "(decode tok/s, median over tasks)"),
+    (True, "The same, requests the server had served before (a server that remembers across requests "
+           "drafts the earlier answer)"),
+)
+
+
 def _speedup_table(samples: Sequence[dict], servers: Sequence[str]) -> list[str]:
     spec = [s for s in servers if PLAIN_OF.get(s) in servers]
-    table = _speedups(samples)
-    if not spec or not table:
-        return []
-    lines = ["## Speculative speedup over the same server's plain decoding (decode tok/s, median over tasks)", "",
+    out: list[str] = []
+    for seen, title in SPEEDUP_TABLES:
+        table = _speedups(samples, seen)
+        if spec and table:
+            out += _one_speedup_table(table, spec, title)
+    return out
+
+
+def _one_speedup_table(table: dict[str, dict[str, float]], spec: Sequence[str], title: str) -> list[str]:
+    lines = [f"## {title}", "",
              "| group | " + " | ".join(f"{s} / {PLAIN_OF[s]}" for s in spec) + " |", "|---" * (len(spec) + 1) + "|"]
     for g, row in table.items():
         lines.append(f"| {g} | " + " | ".join(f"{row[s]:.2f}x" if s in row else "-" for s in spec) + " |")
@@ -291,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--llama-server", help="path of the llama-server binary")
     ap.add_argument("--per-group", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fresh", action="store_true",
+                    help="restart every server before each repeat, so no request is one it served before")
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--session-gen", type=int, default=32, help="tokens per agent turn")
@@ -318,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [s for s in servers if s not in SERVERS]
     if bad or not (a.tasks or a.traces):
         ap.error(f"unknown servers {bad}" if bad else "give --tasks and/or --traces")
+    if a.repeats < 1:
+        ap.error("--repeats must be >= 1")
     path = resolve_model(a.model)
     tok = load_tokenizer(a.model)
 
@@ -341,8 +381,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="bench-http-logs-", dir=a.out))
     samples: list[Sample] = []
-    running = [InProcess(a.model, a.ctx, a.threads) if k == "api" else
-               Server(k, a.model, path, a.ctx, a.threads, a.llama_server, logs) for k in servers]
+    running: list = []
+
+    def restart() -> None:
+        """Stop what runs (a server stopped is dropped first, so a failed start stops nothing twice)
+        and start every server afresh: no request any of them served is remembered."""
+        while running:
+            running.pop().stop()
+        for k in servers:
+            running.append(InProcess(a.model, a.ctx, a.threads) if k == "api" else
+                           Server(k, a.model, path, a.ctx, a.threads, a.llama_server, logs))
+        for s in running:
+            s.wait_ready(httpx)
 
     def request(s, prompt: str, max_tokens: int):
         if isinstance(s, InProcess):
@@ -350,15 +400,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stream_completion(httpx, s.url, s.model_id, prompt, max_tokens, count)
 
     try:
-        for s in running:
-            s.wait_ready(httpx)
-        for rep in range(a.repeats):
+        for rep in range(a.repeats if tasks else 0):
+            if rep == 0 or a.fresh:
+                restart()
             for t in tasks:
                 prompt = _render(tok, t.prompt)
                 for s in running:  # interleaved: drift hits every server alike
                     _, n, ttft, tps, wall = request(s, prompt, t.gen)
-                    samples.append(Sample(s.kind, "task", t.group, t.id, rep, len(prompt), n, ttft, tps, wall))
+                    samples.append(Sample(s.kind, "task", t.group, t.id, rep, len(prompt), n, ttft, tps, wall,
+                                          seen=rep > 0 and not a.fresh))
                 print(f"\rrepeat {rep + 1}/{a.repeats} {t.id}", end="", file=sys.stderr, flush=True)
+        if sessions and (a.fresh or not running):
+            restart()
         for name, turns in sessions.items():
             group = name.split(":")[0]
             for s in running:
@@ -375,7 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(file=sys.stderr)
     meta = {"model": a.model, "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
             "command": "python -m fucina.bench.http " + " ".join(sys.argv[1:] if argv is None else argv),
-            "servers": {s.kind: s.cmd for s in running}, "threads": a.threads, "ctx": a.ctx}
+            "servers": {s.kind: s.cmd for s in running}, "threads": a.threads, "ctx": a.ctx,
+            "fresh": a.fresh}
     summary = _summary(samples)
     (a.out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary,
                                                     "samples": [asdict(s) for s in samples]}, indent=1))
