@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fucina import sampling
 from fucina.bench import sampling as bench
 from fucina.errors import FucinaError, InvalidArgument, InvalidOption, InvalidToken
-from fucina.sampling import Sampler, SamplerOptions, argmax, pick_token
+from fucina.sampling import MIN_TEMPERATURE, Sampler, SamplerOptions, argmax, pick_token
 
 SAMPLED = SamplerOptions(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=7)
 
@@ -412,6 +412,7 @@ def test_malformed_inputs_raise_named_errors() -> None:
         ("temperature", math.nan),
         ("temperature", math.inf),
         ("temperature", "0.8"),
+        ("temperature", 1e-300),  # positive but so small that logits / T overflow float64
         ("top_k", -1),
         ("top_k", 2.0),
         ("top_k", True),
@@ -440,6 +441,7 @@ def test_invalid_options_name_the_field(field: str, value: object) -> None:
 def test_option_properties_and_normalization() -> None:
     assert SamplerOptions().greedy and SamplerOptions(temperature=-0.5).greedy
     assert not SamplerOptions(temperature=1e-3).greedy
+    assert not SamplerOptions(temperature=MIN_TEMPERATURE).greedy  # the bound itself samples
     assert not SamplerOptions().uses_penalties
     assert not SamplerOptions(repeat_penalty=1.3, penalty_last_n=0).uses_penalties
     for kw in ({"repeat_penalty": 0.9}, {"frequency_penalty": 0.1}, {"presence_penalty": -0.1}):

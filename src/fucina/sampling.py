@@ -59,10 +59,14 @@ import numpy as np
 
 from fucina.errors import InvalidArgument, InvalidOption, InvalidToken
 
-__all__ = ["PREFILTER_C", "Sampler", "SamplerOptions", "argmax", "pick_token"]
+__all__ = ["MIN_TEMPERATURE", "PREFILTER_C", "Sampler", "SamplerOptions", "argmax", "pick_token"]
 
 #: Candidates more than ``T * PREFILTER_C`` logits below the max are negligible (see module doc).
 PREFILTER_C = 40.0
+
+#: The smallest positive temperature: far below any that samples differently from greedy on float32
+#: logits, far above where logits / T would overflow float64 (~2e-270 for float32's largest logit).
+MIN_TEMPERATURE = 1e-30
 
 # Column count of the [rows, cols] view used for rank bounds; rows shorter than 4x this use the row.
 _COLUMNS = 1024
@@ -92,7 +96,8 @@ class SamplerOptions:
     """Seed of the sampler's PCG64 generator (>= 0)."""
 
     def __post_init__(self) -> None:
-        _check_real(self, "temperature", lambda v: True, "a finite number (<= 0 means greedy)")
+        _check_real(self, "temperature", lambda v: v <= 0.0 or v >= MIN_TEMPERATURE,
+                    f"<= 0 (greedy) or >= {MIN_TEMPERATURE:g}")
         _check_int(self, "top_k", 0, ">= 0 (0 = off)")
         _check_real(self, "top_p", lambda v: 0.0 < v <= 1.0, "in (0, 1] (1.0 = off)")
         _check_real(self, "min_p", lambda v: 0.0 <= v < 1.0, "in [0, 1) (0 = off)")
