@@ -92,7 +92,7 @@ class CrossCursor:
 
     def feed_many(self, tokens: Iterable[int]) -> None:
         """Advance over ``tokens``; InvalidToken (nothing fed) for an id outside [0, SEPARATOR)."""
-        self._cursor.feed_many(_ids(tokens))
+        self._cursor.feed_many(tokens, limit=SEPARATOR)
 
     def match_len(self) -> int:
         """Longest suffix of the fed stream occurring inside one held document."""

@@ -528,9 +528,10 @@ class SamCursor:
         """Advance over one token of the external stream."""
         self._feed((_check_token(token),))
 
-    def feed_many(self, tokens: Iterable[int]) -> None:
-        """Advance over every token of ``tokens``; validates the whole batch first."""
-        buf = check_tokens(tokens)
+    def feed_many(self, tokens: Iterable[int], *, limit: int = TOKEN_LIMIT) -> None:
+        """Advance over every token of ``tokens``; validates the whole batch first (ids in
+        ``[0, limit)``: the cross-request cursor passes its separator, so one pass checks both)."""
+        buf = check_tokens(tokens, limit=limit)
         if buf:
             self._feed(buf)
 
