@@ -5,7 +5,8 @@ import pytest
 
 from fucina.backends.fake import FakeModel
 from fucina.cli import main
-from fucina.doctor import check_batch_invariance, effective_max_draft, exact_draft_cap, level_for
+from fucina.doctor import (InvarianceReport, advice, check_batch_invariance, effective_max_draft, exact_draft_cap,
+                           level_for)
 
 
 class DriftAbove(FakeModel):
@@ -54,3 +55,16 @@ def test_doctor_on_the_stock_engine_says_distribution_and_gives_the_one_command(
     assert r.returncode == 0, r.stderr
     assert "engine: stock" in r.stdout and "level: distribution" in r.stdout
     assert "python -m fucina.engine build" in r.stdout
+
+
+def test_advice_follows_the_engine_variant_not_its_description():
+    drifting = InvarianceReport(ks=(2, 3), rows=5, mismatched_rows=2, argmax_flips=0, max_abs_diff=1e-3,
+                                max_exact_rows=0)
+    stock = advice(drifting, engine_variant="stock", exact_load=False)
+    assert any("build the patched engine" in t for t in stock)
+    patched = advice(drifting, engine_variant="patched", exact_load=False)
+    assert not any("build the patched engine" in t for t in patched)
+    assert any("--exact" in t for t in patched)
+    exact = InvarianceReport(ks=(2, 3), rows=5, mismatched_rows=0, argmax_flips=0, max_abs_diff=0.0,
+                             max_exact_rows=32)
+    assert advice(exact, engine_variant="custom", exact_load=True)[0].startswith("speculative output is bit-identical")

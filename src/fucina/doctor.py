@@ -164,15 +164,16 @@ def effective_max_draft(report: InvarianceReport, exact_mode: bool) -> int:
     return cap if cap is not None else DEFAULT_MAX_DRAFT
 
 
-def advice(report: InvarianceReport, info: dict[str, str], exact_load: bool) -> list[str]:
-    """What the user should do to reach *exact*, given what was found."""
+def advice(report: InvarianceReport, *, engine_variant: str, exact_load: bool) -> list[str]:
+    """What the user should do to reach *exact*, given what was found (``engine_variant``: the
+    :class:`~fucina.engine_selection.ActiveEngine` variant this process runs)."""
     if level_for(report, effective_max_draft(report, exact_load)) == "exact":
         tips = ["speculative output is bit-identical to plain decoding on this configuration"]
         if report.max_exact_rows < DEFAULT_MAX_DRAFT + 1:
             tips.append(f"(--exact caps drafts at {report.max_exact_rows - 1}: larger batches take another kernel path)")
         return tips
     tips = ["speculative output follows the target distribution; batched rounding can flip near-ties"]
-    if not info.get("engine", "").startswith("patched"):
+    if engine_variant != "patched":
         tips.append(f"to get exact: build the patched engine once (~10 min; fucina then uses it by default): {EXACT_INSTALL}")
     elif not exact_load:
         tips.append("load models with --exact (use_extra_bufts=False: no batch-size-dependent weight repacking)")
