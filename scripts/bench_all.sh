@@ -53,3 +53,10 @@ python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3
   --traces "$SHARED/traces/agent_traces_dev.jsonl" --trace-source swe-agent --session-steps 5 \
   --session-tokens 1500 --session-gen 16 --llama-server "$LS" --out "$OUT/http-smollm2"
 python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --servers api,fucina --out "$OUT/http-api"
+# The same text on both sides (fucina on the stock engine writes what llama-server writes): every repeat a first
+# sight (--fresh), then repeated requests against the servers that remember across requests.
+FUCINA_ENGINE=stock python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --fresh \
+  --servers fucina,fucina-plain,llama-server,ngram-mod,ngram-simple,ngram-map-k --llama-server "$LS" \
+  --out "$OUT/http-stock-fresh"
+FUCINA_ENGINE=stock python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
+  --servers fucina,fucina-xreq,fucina-plain,llama-server,ngram-mod --llama-server "$LS" --out "$OUT/http-stock-warm"
