@@ -37,6 +37,25 @@ def test_every_patch_says_what_it_unifies_and_replaces_its_text(tmp_path):
     assert "rows >= 8" not in tiled and "return true;" in tiled
 
 
+def test_q4_1_weights_take_the_column_group_kernel_for_every_batch_size(tmp_path):
+    from fucina.engine.patches import Q4_1_COLUMNS
+
+    tree = _tree(tmp_path)
+    apply_patches(tree)
+    header = (tree / "ggml/src/ggml-cpu/quants.h").read_text()
+    kernel = (tree / "ggml/src/ggml-cpu/arch/x86/quants.c").read_text()
+    matmul = (tree / "ggml/src/ggml-cpu/ggml-cpu.c").read_text()
+    assert "void ggml_vec_dot_q4_1_q8_1_cols(" in header and header.count("ggml_vec_dot_q4_1_q8_1(") == 1
+    assert kernel.count("void ggml_vec_dot_q4_1_q8_1_cols(") == 1
+    # Per column, the same fused operations whatever the group size: no batch-size-dependent branch.
+    assert "fmaf(m0," in kernel and "_mm256_fmadd_ps(d0d1" in kernel and "if (ncols" not in kernel
+    # mul_mat takes it for Q4_1 on a condition that names the type only, never the number of rows.
+    assert "if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {" in matmul
+    assert "ggml_vec_dot_q4_1_q8_1_cols(ne00," in matmul
+    assert "float tmp[32];" not in matmul and "float tmp[64];" in matmul
+    assert all(p.unifies for p in Q4_1_COLUMNS) and all(p.before not in p.after for p in Q4_1_COLUMNS)
+
+
 def test_a_missing_or_repeated_text_fails_and_writes_nothing(tmp_path):
     tree = _tree(tmp_path)
     sgemm = tree / PATCHES[0].path

@@ -11,6 +11,13 @@ repacked kernels split gemv for < 4 rows from gemm for 4+, and on this project's
 bought no measurable speed, BENCHMARKS.md "The cost of exactness") every row is bitwise the row a
 single-token step computes, for any batch size (``fucina doctor`` checks 1-32 rows).
 
+The last four patches (:data:`Q4_1_COLUMNS`) add a kernel rather than remove a switch. With Q4_1
+weights every batch size took the one-column ``vec_dot`` per weight row and activation column, so a
+verify of n rows cost nearly n times one row's matmul work. The new kernel multiplies a weight row by
+up to four columns per call and unpacks the row's nibbles and scales once for all of them. Each
+column's result is computed exactly as before, so the kernel stays batch-invariant and makes a
+verify of 8 rows ~25% cheaper (BENCHMARKS.md).
+
 Each :class:`SourcePatch` names the text it replaces, which must occur exactly once in the pinned
 sources: a changed upstream fails the build loudly instead of building something unpatched.
 """
@@ -40,6 +47,129 @@ class SourcePatch:
 
 _SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
 _TILED = "ggml/src/ggml-cpu/tiled/tiled.cpp"
+_QUANTS_H = "ggml/src/ggml-cpu/quants.h"
+_X86_QUANTS = "ggml/src/ggml-cpu/arch/x86/quants.c"
+_CPU = "ggml/src/ggml-cpu/ggml-cpu.c"
+
+_Q4_1_DECL = ("void ggml_vec_dot_q4_1_q8_1(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+              "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);")
+_COLS_DECL = ("void ggml_vec_dot_q4_1_q8_1_cols(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+              "const void * GGML_RESTRICT vy, size_t by, int ncols)")
+
+_COLS_KERNEL = _COLS_DECL + """ {
+    // fucina: one Q4_1 weight row against ncols (1..4) Q8_1 activation columns (column c at
+    // vy + c*by, its result at s[c*bs]). A verify of n rows multiplies every weight row by n
+    // columns, and the one-column vec_dot unpacks the row's nibbles and converts its scales again
+    // for each of them; here that happens once per block for the whole group. Each column's result
+    // is a function of that column alone: the same fused multiply-adds in the same block order
+    // (the 8-lane accumulator, the min term with an explicit fmaf, one hsum) whatever ncols is, and
+    // the same as the one-column vec_dot's (whose min term is the same fmaf since this patch set),
+    // which mul_mat keeps for a group of one: a row's logits do not depend on how many rows share
+    // the forward.
+    const int nb = n / QK8_1;
+    assert(n % QK8_1 == 0);
+    assert(ncols >= 1 && ncols <= 4);
+    const block_q4_1 * GGML_RESTRICT x = vx;
+    const block_q8_1 * GGML_RESTRICT y[4];
+    for (int c = 0; c < ncols; ++c) {
+        y[c] = (const block_q8_1 *) ((const char *) vy + c * by);
+    }
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc[4];
+    float summs[4];
+    for (int c = 0; c < 4; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        summs[c] = 0.0f;
+    }
+    for (int ib = 0; ib < nb; ++ib) {
+        const __m256 d0v = _mm256_set1_ps(GGML_CPU_FP16_TO_FP32(x[ib].d));
+        const float m0 = GGML_CPU_FP16_TO_FP32(x[ib].m);
+        const __m256i qx = bytes_from_nibbles_32(x[ib].qs);
+        for (int c = 0; c < ncols; ++c) {
+            summs[c] = fmaf(m0, GGML_CPU_FP16_TO_FP32(y[c][ib].s), summs[c]);
+            const __m256 d0d1 = _mm256_mul_ps(d0v, _mm256_set1_ps(GGML_CPU_FP16_TO_FP32(y[c][ib].d)));
+            const __m256i qy = _mm256_loadu_si256((const __m256i *) y[c][ib].qs);
+            acc[c] = _mm256_fmadd_ps(d0d1, mul_sum_us8_pairs_float(qx, qy), acc[c]);
+        }
+    }
+    for (int c = 0; c < ncols; ++c) {
+        s[c * bs] = hsum_float_8(acc[c]) + summs[c];
+    }
+#else
+    for (int c = 0; c < ncols; ++c) {
+        ggml_vec_dot_q4_1_q8_1(n, s + c * bs, 0, vx, 0, y[c], 0, 1);
+    }
+#endif
+}
+"""
+
+_TMP_BEFORE = ("    // attempt to reduce false-sharing (does not seem to make a difference)\n"
+               "    // 16 * 2, accounting for mmla kernels\n"
+               "    float tmp[32];\n")
+
+_COLS_LOOP = """    // attempt to reduce false-sharing (does not seem to make a difference)
+    // 16 * 2 for the mmla kernels, 16 * 4 for fucina's Q4_1 column groups
+    float tmp[64];
+
+#if defined(__AVX2__) && defined(__FMA__)
+    // fucina: Q4_1 weights take the column-group kernel (ggml_vec_dot_q4_1_q8_1_cols) for every
+    // batch size: each weight row of a 16-row block meets up to 4 activation columns per call.
+    if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {
+        for (int64_t iir1 = ir1_start; iir1 < ir1_end; iir1 += blck_1) {
+            for (int64_t iir0 = ir0_start; iir0 < ir0_end; iir0 += blck_0) {
+                const int64_t ir1_stop = MIN(iir1 + blck_1, ir1_end);
+                for (int64_t ir1 = iir1; ir1 < ir1_stop; ) {
+                    const int64_t i13 = (ir1 / (ne12 * ne1));
+                    const int64_t i12 = (ir1 - i13 * ne12 * ne1) / ne1;
+                    const int64_t i11 = (ir1 - i13 * ne12 * ne1 - i12 * ne1);
+                    const int64_t i03 = i13 / r3;
+                    const int64_t i02 = i12 / r2;
+                    // A group stays inside one matrix of the batch, where columns are src1_col_stride apart.
+                    const int64_t g = MIN(MIN((int64_t) 4, ir1_stop - ir1), ne11 - i11);
+                    const char * src0_row = (const char*)src0->data + (0 + i02 * nb02 + i03 * nb03);
+                    const char * src1_col = (const char*)wdata +
+                        (src1_cont || src1->type != vec_dot_type
+                            ? (i11 + i12 * ne11 + i13 * ne12 * ne11) * row_size
+                            : (i11 * nb11 + i12 * nb12 + i13 * nb13));
+                    char * dst_col = (char*)dst->data + (i11 * nb1 + i12 * nb2 + i13 * nb3);
+                    for (int64_t ir0 = iir0; ir0 < iir0 + blck_0 && ir0 < ir0_end; ++ir0) {
+                        if (g == 1) {  // the one-column vec_dot: the same arithmetic, without the group's loop
+                            vec_dot(ne00, &tmp[ir0 - iir0], 0, src0_row + ir0 * nb01, 0, src1_col, 0, 1);
+                        } else {
+                            ggml_vec_dot_q4_1_q8_1_cols(ne00, &tmp[ir0 - iir0], 16, src0_row + ir0 * nb01,
+                                                        src1_col, src1_col_stride, (int) g);
+                        }
+                    }
+                    for (int64_t c = 0; c < g; ++c) {
+                        memcpy((float*)(dst_col + c * nb1) + iir0, tmp + c * 16,
+                               (MIN(iir0 + blck_0, ir0_end) - iir0) * sizeof(float));
+                    }
+                    ir1 += g;
+                }
+            }
+        }
+        return;
+    }
+#endif
+"""
+
+_Q4_1_END = "    ggml_vec_dot_q4_1_q8_1_generic(n, s, bs, vx, bx, vy, by, nrc);\n#endif\n}\n"
+
+# The one-column kernel's min term, unique by the scale code that follows it in that function.
+_Q4_1_MIN_TAIL = """
+        const __m256 d0v = _mm256_set1_ps( d0 );
+        const __m256 d1v = _mm256_set1_ps( d1 );
+
+        // Compute combined scales
+        const __m256 d0d1 = _mm256_mul_ps( d0v, d1v );
+
+        // Load 16 bytes, and unpack 4 bit fields into bytes, making 32 bytes
+        const __m256i qx = bytes_from_nibbles_32(x[ib].qs);
+"""
+_Q4_1_MIN = "        summs += GGML_CPU_FP16_TO_FP32(x[ib].m) * GGML_CPU_FP16_TO_FP32(y[ib].s);\n"
+_Q4_1_MIN_FMA = ("        // fucina: an explicit fmaf, as in the column-group kernel (gnu11's default contraction\n"
+                 "        // makes it one already; written out, the two agree under any flags)\n"
+                 "        summs = fmaf(GGML_CPU_FP16_TO_FP32(x[ib].m), GGML_CPU_FP16_TO_FP32(y[ib].s), summs);\n")
 
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch(
@@ -111,6 +241,39 @@ PATCHES: tuple[SourcePatch, ...] = (
         unifies="tiled K-quant matmul's batch floor (rows >= 8): one path for every batch size when enabled",
     ),
 )
+
+#: The Q4_1 column-group kernel: declared, defined beside the one-column vec_dot, taken by mul_mat.
+Q4_1_COLUMNS: tuple[SourcePatch, ...] = (
+    SourcePatch(
+        path=_QUANTS_H,
+        before=_Q4_1_DECL + "\n",
+        after=_Q4_1_DECL + "  // fucina: its column-group form follows\n" + _COLS_DECL + ";\n",
+        unifies="(no kernel change: declares the Q4_1 column-group kernel)",
+    ),
+    SourcePatch(
+        path=_X86_QUANTS,
+        before=_Q4_1_MIN + _Q4_1_MIN_TAIL,
+        after=_Q4_1_MIN_FMA + _Q4_1_MIN_TAIL,
+        unifies=("Q4_1 one-column vec_dot: its min term an explicit fmaf, the column-group kernel's arithmetic "
+                 "(it serves groups of one)"),
+    ),
+    SourcePatch(
+        path=_X86_QUANTS,
+        before=_Q4_1_END,
+        after=_Q4_1_END[:-2] + "}  // ggml_vec_dot_q4_1_q8_1\n\n" + _COLS_KERNEL,
+        unifies=("Q4_1 dot products: one column-group kernel (1-4 activation columns per weight row) whose "
+                 "per-column arithmetic does not depend on the group size"),
+    ),
+    SourcePatch(
+        path=_CPU,
+        before=_TMP_BEFORE,
+        after=_COLS_LOOP,
+        unifies=("Q4_1 matmul: column groups of up to 4 for every batch size (a group of one takes the "
+                 "one-column vec_dot, the same arithmetic)"),
+    ),
+)
+
+PATCHES = PATCHES + Q4_1_COLUMNS
 
 
 def patch_set_id(patches: tuple[SourcePatch, ...] = PATCHES) -> str:
