@@ -39,6 +39,11 @@ def test_markdown_tables_and_ratios():
                           {"model": "m", "date": "d", "machine": "x", "command": "c"}, samples)
     assert "| g | 2.50x | 1.25x | 1.00x |" in text  # decode ratio to llama-server
     assert "| g | 2.00x |" in text  # fucina over fucina-plain
+    assert "FUCINA_ENGINE" not in text  # results from before the field say nothing of it
+    text = http._markdown(summary, ["fucina", "fucina-plain", "llama-server"],
+                          {"model": "m", "date": "d", "machine": "x", "command": "c", "fucina_engine": "stock"},
+                          samples)
+    assert "fucina's engine: `FUCINA_ENGINE=stock`" in text
 
 
 def test_first_sight_and_seen_before_requests_are_reported_apart():

@@ -293,7 +293,10 @@ def _markdown(summary: dict, servers: Sequence[str], meta: dict, samples: Sequen
     base = "llama-server" if "llama-server" in servers else servers[0]
     head = ["| group | " + " | ".join(servers) + " |", "|---" * (len(servers) + 1) + "|"]
     lines = [f"# HTTP benchmark ({meta['model']}, {meta['date']})", "", f"Machine: {meta['machine']}",
-             f"Command: `{meta['command']}`", "", f"Ratios to `{base}` (medians).", ""]
+             f"Command: `{meta['command']}`", ""]
+    if meta.get("fucina_engine"):
+        lines += [f"fucina's engine: `FUCINA_ENGINE={meta['fucina_engine']}`", ""]
+    lines += [f"Ratios to `{base}` (medians).", ""]
     tables = (("task:", "decode_tps", "Decode speed (tok/s ratio; higher is faster)", False),
               ("turn:", "ttft", "Time to first token per agent turn (ms; turn1 = cold, turnn = later turns)", True),
               ("session:", "wall", "Wall time of a whole agent session (ratio; lower is faster)", False))
@@ -429,7 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"model": a.model, "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
             "command": "python -m fucina.bench.http " + " ".join(sys.argv[1:] if argv is None else argv),
             "servers": {s.kind: s.cmd for s in running}, "threads": a.threads, "ctx": a.ctx,
-            "fresh": a.fresh}
+            "fresh": a.fresh,
+            # fucina's servers inherit this process's engine choice (FUCINA_ENGINE; auto = patched when built)
+            "fucina_engine": os.environ.get("FUCINA_ENGINE", "auto")}
     summary = _summary(samples)
     (a.out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary,
                                                     "samples": [asdict(s) for s in samples]}, indent=1))
