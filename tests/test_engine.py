@@ -47,12 +47,13 @@ def test_q4_1_weights_take_the_column_group_kernel_for_every_batch_size(tmp_path
     matmul = (tree / "ggml/src/ggml-cpu/ggml-cpu.c").read_text()
     assert "void ggml_vec_dot_q4_1_q8_1_cols(" in header and header.count("ggml_vec_dot_q4_1_q8_1(") == 1
     assert kernel.count("void ggml_vec_dot_q4_1_q8_1_cols(") == 1
-    # Per column, the same fused operations whatever the group size: no batch-size-dependent branch.
-    assert "fmaf(m0," in kernel and "_mm256_fmadd_ps(d0d1" in kernel and "if (ncols" not in kernel
+    # Per column, the same fused operations whatever the group size: one body, inlined per size.
+    assert kernel.count("fmaf(m0,") == 1 and kernel.count("_mm256_fmadd_ps(d0d1") == 1
+    assert "if (ncols" not in kernel and "switch (ncols)" in kernel
     # mul_mat takes it for Q4_1 on a condition that names the type only, never the number of rows.
     assert "if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {" in matmul
     assert "ggml_vec_dot_q4_1_q8_1_cols(ne00," in matmul
-    assert "float tmp[32];" not in matmul and "float tmp[64];" in matmul
+    assert "float tmp[32];" not in matmul and "float tmp[128];" in matmul
     assert all(p.unifies for p in Q4_1_COLUMNS) and all(p.before not in p.after for p in Q4_1_COLUMNS)
 
 

@@ -14,7 +14,7 @@ single-token step computes, for any batch size (``fucina doctor`` checks 1-32 ro
 The last four patches (:data:`Q4_1_COLUMNS`) add a kernel rather than remove a switch. With Q4_1
 weights every batch size took the one-column ``vec_dot`` per weight row and activation column, so a
 verify of n rows cost nearly n times one row's matmul work. The new kernel multiplies a weight row by
-up to four columns per call and unpacks the row's nibbles and scales once for all of them. Each
+up to eight columns per call and unpacks the row's nibbles and scales once for all of them. Each
 column's result is computed exactly as before, so the kernel stays batch-invariant and makes a
 verify of 8 rows ~25% cheaper (BENCHMARKS.md).
 
@@ -56,28 +56,19 @@ _Q4_1_DECL = ("void ggml_vec_dot_q4_1_q8_1(int n, float * GGML_RESTRICT s, size_
 _COLS_DECL = ("void ggml_vec_dot_q4_1_q8_1_cols(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
               "const void * GGML_RESTRICT vy, size_t by, int ncols)")
 
-_COLS_KERNEL = _COLS_DECL + """ {
-    // fucina: one Q4_1 weight row against ncols (1..4) Q8_1 activation columns (column c at
-    // vy + c*by, its result at s[c*bs]). A verify of n rows multiplies every weight row by n
-    // columns, and the one-column vec_dot unpacks the row's nibbles and converts its scales again
-    // for each of them; here that happens once per block for the whole group. Each column's result
-    // is a function of that column alone: the same fused multiply-adds in the same block order
-    // (the 8-lane accumulator, the min term with an explicit fmaf, one hsum) whatever ncols is, and
-    // the same as the one-column vec_dot's (whose min term is the same fmaf since this patch set),
-    // which mul_mat keeps for a group of one: a row's logits do not depend on how many rows share
-    // the forward.
-    const int nb = n / QK8_1;
-    assert(n % QK8_1 == 0);
-    assert(ncols >= 1 && ncols <= 4);
-    const block_q4_1 * GGML_RESTRICT x = vx;
-    const block_q8_1 * GGML_RESTRICT y[4];
+_COLS_KERNEL = """#if defined(__AVX2__) && defined(__FMA__)
+// fucina: the column-group kernel's body, inlined once per group size (a constant ncols keeps
+// every column's accumulator in a register).
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void ggml_vec_dot_q4_1_q8_1_group(const int nb, float * GGML_RESTRICT s, size_t bs,
+        const block_q4_1 * GGML_RESTRICT x, const void * GGML_RESTRICT vy, size_t by, const int ncols) {
+    const block_q8_1 * GGML_RESTRICT y[8];
+    __m256 acc[8];
+    float summs[8];
     for (int c = 0; c < ncols; ++c) {
         y[c] = (const block_q8_1 *) ((const char *) vy + c * by);
-    }
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 acc[4];
-    float summs[4];
-    for (int c = 0; c < 4; ++c) {
         acc[c] = _mm256_setzero_ps();
         summs[c] = 0.0f;
     }
@@ -95,9 +86,37 @@ _COLS_KERNEL = _COLS_DECL + """ {
     for (int c = 0; c < ncols; ++c) {
         s[c * bs] = hsum_float_8(acc[c]) + summs[c];
     }
+}
+#endif
+
+""" + _COLS_DECL + """ {
+    // fucina: one Q4_1 weight row against ncols (1..8) Q8_1 activation columns (column c at
+    // vy + c*by, its result at s[c*bs]). A verify of n rows multiplies every weight row by n
+    // columns, and the one-column vec_dot unpacks the row's nibbles and converts its scales again
+    // for each of them; here that happens once per block for the whole group. Each column's result
+    // is a function of that column alone: the same fused multiply-adds in the same block order
+    // (the 8-lane accumulator, the min term with an explicit fmaf, one hsum) whatever ncols is, and
+    // the same as the one-column vec_dot's (whose min term is the same fmaf since this patch set),
+    // which mul_mat keeps for a group of one: a row's logits do not depend on how many rows share
+    // the forward.
+    assert(n % QK8_1 == 0);
+    assert(ncols >= 1 && ncols <= 8);
+#if defined(__AVX2__) && defined(__FMA__)
+    const int nb = n / QK8_1;
+    const block_q4_1 * GGML_RESTRICT x = vx;
+    switch (ncols) {
+        case 1: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 1); break;
+        case 2: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 2); break;
+        case 3: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 3); break;
+        case 4: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 4); break;
+        case 5: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 5); break;
+        case 6: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 6); break;
+        case 7: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 7); break;
+        default: ggml_vec_dot_q4_1_q8_1_group(nb, s, bs, x, vy, by, 8); break;
+    }
 #else
     for (int c = 0; c < ncols; ++c) {
-        ggml_vec_dot_q4_1_q8_1(n, s + c * bs, 0, vx, 0, y[c], 0, 1);
+        ggml_vec_dot_q4_1_q8_1(n, s + c * bs, 0, vx, 0, (const char *) vy + c * by, 0, 1);
     }
 #endif
 }
@@ -108,12 +127,12 @@ _TMP_BEFORE = ("    // attempt to reduce false-sharing (does not seem to make a 
                "    float tmp[32];\n")
 
 _COLS_LOOP = """    // attempt to reduce false-sharing (does not seem to make a difference)
-    // 16 * 2 for the mmla kernels, 16 * 4 for fucina's Q4_1 column groups
-    float tmp[64];
+    // 16 * 2 for the mmla kernels, 16 * 8 for fucina's Q4_1 column groups
+    float tmp[128];
 
 #if defined(__AVX2__) && defined(__FMA__)
     // fucina: Q4_1 weights take the column-group kernel (ggml_vec_dot_q4_1_q8_1_cols) for every
-    // batch size: each weight row of a 16-row block meets up to 4 activation columns per call.
+    // batch size: each weight row of a 16-row block meets up to 8 activation columns per call.
     if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {
         for (int64_t iir1 = ir1_start; iir1 < ir1_end; iir1 += blck_1) {
             for (int64_t iir0 = ir0_start; iir0 < ir0_end; iir0 += blck_0) {
@@ -125,7 +144,7 @@ _COLS_LOOP = """    // attempt to reduce false-sharing (does not seem to make a 
                     const int64_t i03 = i13 / r3;
                     const int64_t i02 = i12 / r2;
                     // A group stays inside one matrix of the batch, where columns are src1_col_stride apart.
-                    const int64_t g = MIN(MIN((int64_t) 4, ir1_stop - ir1), ne11 - i11);
+                    const int64_t g = MIN(MIN((int64_t) 8, ir1_stop - ir1), ne11 - i11);
                     const char * src0_row = (const char*)src0->data + (0 + i02 * nb02 + i03 * nb03);
                     const char * src1_col = (const char*)wdata +
                         (src1_cont || src1->type != vec_dot_type
@@ -261,14 +280,14 @@ Q4_1_COLUMNS: tuple[SourcePatch, ...] = (
         path=_X86_QUANTS,
         before=_Q4_1_END,
         after=_Q4_1_END[:-2] + "}  // ggml_vec_dot_q4_1_q8_1\n\n" + _COLS_KERNEL,
-        unifies=("Q4_1 dot products: one column-group kernel (1-4 activation columns per weight row) whose "
+        unifies=("Q4_1 dot products: one column-group kernel (1-8 activation columns per weight row) whose "
                  "per-column arithmetic does not depend on the group size"),
     ),
     SourcePatch(
         path=_CPU,
         before=_TMP_BEFORE,
         after=_COLS_LOOP,
-        unifies=("Q4_1 matmul: column groups of up to 4 for every batch size (a group of one takes the "
+        unifies=("Q4_1 matmul: column groups of up to 8 for every batch size (a group of one takes the "
                  "one-column vec_dot, the same arithmetic)"),
     ),
 )
