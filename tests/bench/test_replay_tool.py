@@ -24,6 +24,10 @@ class ByteTokenizer:
     def tokenize(text: str, add_bos: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
 
+    @staticmethod
+    def token_bytes(token: int) -> bytes:
+        return bytes([token]) if token < 256 else f"<t{token}>".encode()  # FakeModel's ids past the bytes
+
 
 def brute_ceiling(prompt, cont, cap, earlier=()):
     """The ceiling walk by brute force: longest prefix of what follows occurring in the text before."""
@@ -118,7 +122,10 @@ def test_cli_traces_with_cross_request_and_priors(tmp_path, monkeypatch, capsys)
     agent = next(w for w in doc["workloads"] if w["name"] == "trace:agent")
     assert agent["projected_speedup"] > 1.0 and agent["ceiling_tokens_per_step"] > 1.0
     assert replay.main(["--traces", str(f), "--no-synthetic", "--priors"]) == 0
-    assert "m1 " in capsys.readouterr().out
+    priors = capsys.readouterr().out
+    assert "m1 " in priors and " piece " in priors  # the byte tokenizer's letters are word pieces
+    assert replay.main(["--traces", str(f), "--no-synthetic", "--priors", "--no-word-pieces"]) == 0
+    assert " piece " not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [["--cross-request", "10"], ["--traces", "x", "--cross-request", "0"],
@@ -142,7 +149,7 @@ def test_cross_request_memory_bench_respects_the_bound():
     assert r["ms_per_request_max"] >= r["ms_per_request_median"] > 0
 
 
-def test_recorded_streams_round_trip_through_the_replay(tmp_path, capsys):
+def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, capsys):
     """A FakeModel's plain outputs recorded by bench.streams replay per group, with the perfect policy."""
     from fucina.backends.fake import FakeModel
     from fucina.bench import streams
@@ -150,6 +157,7 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, capsys):
     from fucina.generate import PlainDecoder
     from fucina.sampling import Sampler, SamplerOptions
 
+    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
     model = FakeModel()
     tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 48, 0.0),
              Task("ref", "rag_ref", "rag_ref", "tell me", ("the cat sat on the mat.",), 24, 0.0)]
@@ -168,6 +176,16 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     for w in doc["workloads"]:
         assert w["perfect_policy_speedup"] >= 1.0  # it only verifies what pays: never below plain
+
+    def no_tokenizer(model):
+        raise OSError("no such model")
+
+    # Streams are token ids already: without a tokenizer they replay, without word pieces.
+    monkeypatch.setattr(replay, "_load_tokenizer", no_tokenizer)
+    assert replay.main(["--streams", str(out), "--no-synthetic", "--flat", "--json",
+                        "--vocab-size", str(model.vocab_size)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["workloads"] and "without word pieces" in captured.err
     (tmp_path / "bad.jsonl").write_text('{"group": "x"}\n')
     assert replay.main(["--streams", str(tmp_path / "bad.jsonl"), "--no-synthetic"]) == 2
     assert "bad.jsonl:1" in capsys.readouterr().err

@@ -271,6 +271,11 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
     assert "ref0" in by[("ref", "gate_open", 0)].extra["sources"]
     assert "ref0" in by[("ref", "match_only", 0)].extra["sources"]
     assert set(by[("ref", "sam_only", 0)].extra["sources"]) == {"conversation"}
+    # word pieces (the fake's letters) are learned apart by fucina, not by the no_pieces ablation
+    def labels(method):
+        return {lab for kind in by[("rep", method, 1)].extra["policy"]["learned"].values() for lab in kind}
+    assert any(lab.endswith(" piece") for lab in labels("fucina"))
+    assert not any(lab.endswith(" piece") for lab in labels("no_pieces"))
     assert by[("rep", "gate_open", 0)].verifies >= by[("rep", "fucina", 0)].verifies
     # the stand-in peer flips its last greedy token: caught, with plain's top-2 gap there
     peer_runs = [r for r in res.runs if r.method == "peer" and r.temperature == 0]

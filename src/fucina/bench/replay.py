@@ -65,8 +65,8 @@ from fucina.errors import FucinaError
 
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import (N_BUCKETS, AcceptanceModel, DraftPolicy, PolicyOptions, e_bucket,
-                                       e_label)
+from fucina.speculative.policy import (N_BUCKETS, N_CLASSES, AcceptanceModel, DraftPolicy, PolicyOptions,
+                                       WordPieces, e_bucket, e_label)
 from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
@@ -182,10 +182,10 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
 
 def match_only(cascade: CascadeOptions, policy: PolicyOptions) -> tuple[CascadeOptions, PolicyOptions]:
     """The ``match_only`` ablation of given options: drafts priced on match length alone (no fork
-    flags, no resume source, sampled and greedy generations learned together). ``fucina bench
+    flags or word pieces, no resume source, sampled and greedy generations learned together). ``fucina bench
     --methods match_only`` and ``replay --match-only`` both take it from here."""
     return (dataclasses.replace(cascade, forks=False, resume=False),
-            dataclasses.replace(policy, split_sampled=False))
+            dataclasses.replace(policy, split_sampled=False, word_pieces=False))
 
 
 def _primed_index(stream: Stream, vocab_size: int, options: CascadeOptions | None,
@@ -242,14 +242,16 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
                   synth_topk: bool = False, options: CascadeOptions | None = None,
                   table: CostTable | None = None, cross_request_tokens: int | None = None,
                   use_policy: bool = True, acceptance: AcceptanceModel | None = None,
-                  policy_options: PolicyOptions | None = None) -> None:
+                  policy_options: PolicyOptions | None = None,
+                  pieces: WordPieces | None = None) -> None:
     """Replay one stream through a fresh SpeculationIndex, adding its tallies to ``result``.
 
     With ``table`` every step is priced under it and (unless ``use_policy`` is false) the drafting
     policy chooses each verified length; otherwise every candidate is verified whole (the index's
     raw acceptance). With ``cross_request_tokens`` the stream's ``earlier`` requests are a
     cross-request source. ``acceptance``: the policy's learned acceptance, shared across the
-    streams of a workload as one LLM shares it across its calls.
+    streams of a workload as one LLM shares it across its calls. ``pieces``: the tokenizer's word
+    pieces, as the decoder gives its policy (None for synthetic ids).
     """
     idx, full, start = _primed_index(stream, vocab_size, options)
     if cross_request_tokens is not None and stream.earlier:
@@ -262,7 +264,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, budge
         if snap is not None:
             idx.set_cross_request(snap)
     popts = dataclasses.replace(policy_options or PolicyOptions(), max_draft=budget)
-    policy = (DraftPolicy(table, popts, acceptance=acceptance, sampled=stream.sampled)
+    policy = (DraftPolicy(table, popts, acceptance=acceptance, sampled=stream.sampled, pieces=pieces)
               if table is not None and use_policy else None)
     k_top = idx.recycling.k if idx.recycling is not None else 0
     successors: dict[int, Counter[int]] = defaultdict(Counter)
@@ -443,7 +445,7 @@ def read_jsonl(path: Path, what: str, parse) -> list:
 
 
 #: Bucket id of each label ``e_label`` gives (fork classes included), to print buckets in order.
-_BUCKET_OF_LABEL = {e_label(b): b for b in range(3 * N_BUCKETS)}
+_BUCKET_OF_LABEL = {e_label(b): b for b in range(N_CLASSES * N_BUCKETS)}
 
 
 def _ids(values) -> list[int]:
@@ -483,7 +485,8 @@ def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: boo
 
 
 def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
-                   options: CascadeOptions | None = None) -> dict[str, tuple[int, int]]:
+                   options: CascadeOptions | None = None,
+                   pieces: WordPieces | None = None) -> dict[str, tuple[int, int]]:
     """Per-bucket (hits, trials) with every position's candidate scored against the stream.
 
     The stream is walked one token at a time and nothing is verified, so each position offers the
@@ -492,7 +495,7 @@ def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
     total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for s in streams:
         idx, full, i = _primed_index(s, vocab_size, options)
-        policy = DraftPolicy(flat_table(), PolicyOptions(max_draft=budget))
+        policy = DraftPolicy(flat_table(), PolicyOptions(max_draft=budget), pieces=pieces)
         while i < len(full):
             policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True,
                           forks=idx.last_forks)
@@ -530,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also replay each trace request with its trajectory's earlier requests in a "
                          "cross-request index bounded to TOKENS")
     ap.add_argument("--model", default="smollm2-135m",
-                    help="tokenizer for --from-bench/--traces (a catalog name or GGUF path)")
+                    help="tokenizer for --from-bench/--traces, and the word pieces of those and of "
+                         "--streams (a catalog name or GGUF path: the model that wrote the streams)")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the copy/edit transcripts")
     ap.add_argument("--budget", type=int, default=16, help="caller draft budget per step")
     ap.add_argument("--no-recycling", action="store_true",
@@ -556,6 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--priors", action="store_true",
                     help="print the per-token acceptance by confidence bucket, every position scored "
                          "(how the policy's priors were measured) instead of replaying")
+    ap.add_argument("--no-word-pieces", action="store_true",
+                    help="price unique word pieces and word starts as one class (the policy before "
+                         "word pieces)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
     if a.budget < 1:
@@ -581,19 +588,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in a.files:
         workloads[path.name] = [Stream(prompt=[], continuation=read_token_file(path))]
     skipped = 0
-    if a.from_bench or a.traces is not None:
+    tok = None
+    needs_tokenizer = a.from_bench or a.traces is not None
+    if needs_tokenizer or (a.streams is not None and not a.no_word_pieces):
         try:
             tok = _load_tokenizer(a.model)
         except Exception as exc:  # any failure means: no tokenizer on this machine
-            print(f"replay: cannot load the tokenizer ({a.model}): {exc}", file=sys.stderr)
-            return 2
-        vocab = vocab or tok.vocab_size
+            if needs_tokenizer:
+                print(f"replay: cannot load the tokenizer ({a.model}): {exc}", file=sys.stderr)
+                return 2
+            # Recorded streams are token ids already: only their word pieces are lost.
+            print(f"replay: no tokenizer ({a.model}: {exc}); streams replayed without word pieces",
+                  file=sys.stderr)
+        if needs_tokenizer and tok is not None:
+            vocab = vocab or tok.vocab_size
+    # Word pieces for the workloads in the tokenizer's ids (not token files or synthetic ids).
+    pieces = WordPieces(tok.token_bytes) if tok is not None and not a.no_word_pieces else None
+    tokenized: set[str] = set()  # the workloads in the tokenizer's ids
     if a.from_bench:
         if not (a.bench_dir / BENCH_FILE).is_file():
             print(f"replay: no {BENCH_FILE} in {a.bench_dir}", file=sys.stderr)
             return 2
         bench, skipped = bench_streams(a.bench_dir, tok.tokenize, a.limit)
         workloads.update(bench)
+        tokenized.update(bench)
     traces: dict[str, list[Stream]] = {}
     if a.traces is not None:
         try:
@@ -602,12 +620,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"replay: {exc}", file=sys.stderr)
             return 2
         workloads.update(traces)
+        tokenized.update(traces)
     if a.streams is not None:
         try:
-            workloads.update(recorded_streams(a.streams))
+            recorded_workloads = recorded_streams(a.streams)
         except (OSError, ValueError) as exc:
             print(f"replay: {exc}", file=sys.stderr)
             return 2
+        workloads.update(recorded_workloads)
+        tokenized.update(recorded_workloads)
     if not a.no_synthetic:
         workloads.update(synthetic_edit_streams(seed=a.seed))
     if not workloads:
@@ -622,7 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.priors:
         for name, streams in workloads.items():
             v = vocab or (max((t for s in streams for t in s.prompt + s.continuation), default=0) + 1)
-            got = measure_priors(streams, v, a.budget, opts)
+            got = measure_priors(streams, v, a.budget, opts, pieces if name in tokenized else None)
             order = sorted(got, key=_BUCKET_OF_LABEL.__getitem__)
             print(f"{name}: " + " ".join(f"{lab} {got[lab][0] / got[lab][1]:.2f} ({got[lab][1]})" for lab in order))
         return 0
@@ -635,13 +656,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     recorded = AcceptanceModel()
     for name, streams, cross in runs:
         result = WorkloadResult(name)
+        base_name = name.removesuffix(" +cross-request")
         learned = recorded if name.startswith("stream:") else AcceptanceModel()
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
             replay_stream(s, v, result, budget=a.budget, synth_topk=a.synth_topk, options=opts,
                           table=table, cross_request_tokens=cross, use_policy=not a.no_policy,
-                          acceptance=learned, policy_options=popts)
+                          acceptance=learned, policy_options=popts,
+                          pieces=pieces if base_name in tokenized else None)
         results.append(result)
 
     if a.json:

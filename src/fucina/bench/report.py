@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 #: Every method, in the interleaving order of one repeat (plain first: it is the reference).
-METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open", "match_only")
+METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open", "match_only",
+                            "no_pieces")
 
 #: One line per method for the report's legend.
 METHOD_LEGEND: dict[str, str] = {
@@ -37,6 +38,8 @@ METHOD_LEGEND: dict[str, str] = {
     "match_only": "ablation: full cascade + references, the policy pricing drafts on match length alone "
                   "(no fork flags, no resume source, sampled and greedy calls learned together: the policy "
                   "before them)",
+    "no_pieces": "ablation: fucina with unique word pieces and word starts priced as one class (the policy "
+                 "before word pieces)",
 }
 
 

@@ -16,11 +16,12 @@ sampler per run, so every repeat draws the same stream. The peer's settings are 
 
 from __future__ import annotations
 
+
 import gc
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence
 
@@ -390,6 +391,8 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
         pol = policy or PolicyOptions()
         if method == "match_only":
             pol = match_only(CascadeOptions(), pol)[1]
+        elif method == "no_pieces":
+            pol = replace(pol, word_pieces=False)
         opts = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)

@@ -35,7 +35,7 @@ from fucina.errors import InvalidOption, NotRewindable
 from fucina.generate import CommittedStream
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
-from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions
+from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces
 from fucina.speculative.source import DraftSource
 from fucina.speculative.topk import topk_rows
 
@@ -125,8 +125,11 @@ class SpeculativeDecoder(CommittedStream):
         truncate = getattr(source, "truncate_pending", None)
         self._truncate = truncate if callable(truncate) else None
         # ``acceptance``: what earlier generations learned of the sources (None: start from the priors).
+        # Word pieces come from the model's tokenizer (a model without token_bytes: one unique class).
+        token_bytes = getattr(model, "token_bytes", None)
         self.policy = DraftPolicy(cost_table, self.options.policy, acceptance=acceptance,
-                                  sampled=not getattr(getattr(sampler, "options", None), "greedy", True))
+                                  sampled=not getattr(getattr(sampler, "options", None), "greedy", True),
+                                  pieces=WordPieces(token_bytes) if callable(token_bytes) else None)
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()

@@ -6,10 +6,13 @@ The policy verifies ``d[:k]`` for the ``k`` that pays best, or takes a plain ste
 
     p(kind, e, f)  P(a drafted token is accepted | the tokens before it in the draft were),
                    where e = m + j - 1 is the match the j-th draft token extends (accepting
-                   token j lengthens the match by one), kind is the drafting source and f says
-                   whether the source's text continued that string one way only or several
-                   ways (its fork flag; sources without flags are priced on e alone). At short
-                   matches a forked token is accepted a third as often as a unique one.
+                   token j lengthens the match by one), kind is the drafting source and f is the
+                   token's class: whether the source's text continued that string one way only
+                   or several ways (its fork flag; sources without flags are priced on e alone),
+                   and whether a unique token continues a word (its piece starts with a letter
+                   or digit, not a space: the rest of a word the model has begun). At short
+                   matches a forked token is accepted a third as often as a unique one, and a
+                   unique word piece about twice as often as a unique word start.
     E[acc | k]   = sum_{j=1..k} prod_{i=1..j} p(kind, m + i - 1, f_i)   expected accepted tokens
     value(k)     = (E[acc | k] + 1) / C(k + 1)                        tokens per plain-step cost
 
@@ -41,13 +44,13 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
-__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE", "PRIOR_FORKED",
-           "E_EDGES", "N_BUCKETS", "SAMPLED_SUFFIX", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
+__all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "WordPieces", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE",
+           "PRIOR_FORKED", "PRIOR_PIECE", "N_CLASSES", "E_EDGES", "N_BUCKETS", "SAMPLED_SUFFIX", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -69,9 +72,19 @@ PRIOR_ACCEPTANCE: tuple[float, ...] = (0.05, 0.30, 0.46, 0.53, 0.58, 0.62, 0.62,
 #: past m7 are rare (under 30 trials a bucket): those priors are the traces' 0.38-0.67, held to 0.5.
 PRIOR_UNIQUE: tuple[float, ...] = (0.05, 0.47, 0.58, 0.60, 0.63, 0.64, 0.63, 0.68, 0.70, 0.77, 0.87, 0.86, 0.91)
 PRIOR_FORKED: tuple[float, ...] = (0.05, 0.17, 0.21, 0.23, 0.21, 0.37, 0.41, 0.45, 0.40, 0.45, 0.50, 0.50, 0.50)
-#: Bucket ids per fork class: a token's id is its match bucket + N_BUCKETS * class, where class 0 =
-#: no fork information (recycling, sources without ``forks``), 1 = unique, 2 = forked.
+#: Unique tokens that continue a word (see :class:`WordPieces`), measured like PRIOR_UNIQUE with the
+#: word pieces given (labels ``m2 piece``; PRIOR_UNIQUE counts word starts and pieces together, as
+#: a policy without a tokenizer does). The model has begun a word and the text's one continuation
+#: finishes it: on the reference answers m1 0.65 vs 0.37 for a unique word start, m2 0.73 vs 0.46;
+#: on SmolLM2's own outputs m1 0.78 vs 0.30 (BENCHMARKS.md). Past m16 pieces are rare (under 50
+#: trials a bucket): those priors are PRIOR_UNIQUE's.
+PRIOR_PIECE: tuple[float, ...] = (0.05, 0.65, 0.73, 0.79, 0.81, 0.88, 0.82, 0.80, 0.80, 0.76, 0.87, 0.86, 0.91)
+#: Bucket ids per token class: a token's id is its match bucket + N_BUCKETS * class, where class 0 =
+#: no fork information (recycling, sources without ``forks``), 1 = unique, 2 = forked, 3 = unique
+#: and a word piece.
 N_BUCKETS = len(E_EDGES) + 1
+N_CLASSES = 4
+_CLASS_LABELS = ("", " unique", " forked", " piece")
 
 
 def e_bucket(e: int) -> int:
@@ -86,20 +99,52 @@ def draft_bucket(base: int, j: int) -> int:
     return e_bucket(base + j - 1) if base else 0
 
 
-def token_bucket(base: int, j: int, forks: Sequence[bool] | None) -> int:
-    """Bucket id of the ``j``-th draft token: :func:`draft_bucket`, offset by its fork class when
-    the source gave ``forks`` (one flag per draft token)."""
+def token_bucket(base: int, j: int, forks: Sequence[bool] | None,
+                 pieces: Sequence[bool] | None = None) -> int:
+    """Bucket id of the ``j``-th draft token: :func:`draft_bucket`, offset by its class when the
+    source gave ``forks`` (one flag per draft token): forked, unique, or, when ``pieces`` (one flag
+    per draft token, from :class:`WordPieces`) says so, a unique word piece."""
     b = draft_bucket(base, j)
     if forks is None:
         return b
-    return b + N_BUCKETS * (2 if forks[j - 1] else 1)
+    if forks[j - 1]:
+        return b + 2 * N_BUCKETS
+    return b + N_BUCKETS * (3 if pieces is not None and pieces[j - 1] else 1)
+
+
+class WordPieces:
+    """Which draft tokens continue a word: their piece starts with an ASCII letter or digit.
+
+    A tokenizer splits a word into a first piece (which carries the space before it: ``" extra"``)
+    and pieces that continue it (``"ordinary"``). A continuing piece the source's text has only
+    one way on from is accepted far more often than a word start: the model has begun the word,
+    and the text finishes it. Built from the model's ``token_bytes``; one lookup per token,
+    memoized (pieces never change for a model).
+
+    E.g. with pieces ``{5: b" extra", 6: b"ordinary", 7: b"."}``, ``WordPieces(...)([5, 6, 7])`` is
+    ``[False, True, False]``.
+    """
+
+    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
+        self._token_bytes = token_bytes
+        self._memo: dict[int, bool] = {}  # invariant: memo[t] is the rule applied to token_bytes(t)
+
+    def __call__(self, tokens: Sequence[int]) -> list[bool]:
+        memo, out = self._memo, []
+        for t in tokens:
+            flag = memo.get(t)
+            if flag is None:
+                piece = self._token_bytes(t)
+                flag = memo[t] = bool(piece) and piece[:1].isalnum()
+            out.append(flag)
+        return out
 
 
 def e_label(bucket: int) -> str:
-    """Readable range of a bucket: ``m0``, ``m1``, ..., ``m8-11``, ``m32+``; a fork-classed id gets
-    `` unique`` or `` forked`` after it."""
+    """Readable range of a bucket: ``m0``, ``m1``, ..., ``m8-11``, ``m32+``; a classed id gets
+    `` unique``, `` forked`` or `` piece`` after it."""
     if bucket >= N_BUCKETS:
-        return e_label(bucket % N_BUCKETS) + (" forked" if bucket >= 2 * N_BUCKETS else " unique")
+        return e_label(bucket % N_BUCKETS) + _CLASS_LABELS[bucket // N_BUCKETS]
     if bucket == 0:
         return "m0"
     lo = E_EDGES[bucket - 1]
@@ -152,6 +197,9 @@ class PolicyOptions:
     #: and ``conversation@sampled``): a sampler at T > 0 accepts the same drafts less often, and
     #: an acceptance model shared across calls would otherwise price a sampled call by greedy ones.
     split_sampled: bool = True
+    #: Price unique tokens that continue a word apart from word starts, when the caller gives the
+    #: policy the tokenizer's word pieces (:class:`WordPieces`).
+    word_pieces: bool = True
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_gain < 10.0):
@@ -175,13 +223,15 @@ class PolicyOptions:
 class _Candidate:
     """A draft offered at one position, scored against the tokens committed after it."""
 
-    __slots__ = ("draft", "base", "kind", "forks", "matched")
+    __slots__ = ("draft", "base", "kind", "forks", "pieces", "matched")
 
-    def __init__(self, draft: list[int], base: int, kind: str, forks: Sequence[bool] | None) -> None:
+    def __init__(self, draft: list[int], base: int, kind: str, forks: Sequence[bool] | None,
+                 pieces: Sequence[bool] | None = None) -> None:
         self.draft = draft  # invariant: non-empty
         self.base = base  # the match length behind draft[0]; draft[j] extends a match of base + j
         self.kind = kind
         self.forks = forks  # invariant: None or one flag per draft token
+        self.pieces = pieces  # invariant: None or one flag per draft token (WordPieces)
         self.matched = 0  # invariant: draft[:matched] equals the tokens committed since the offer
 
 
@@ -197,7 +247,7 @@ class AcceptanceModel:
     def __init__(self, *, prior_weight: float = 4.0, memory: int = 64) -> None:
         PolicyOptions(prior_weight=prior_weight, memory=memory)  # the same validation
         self.prior_weight = prior_weight
-        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE + PRIOR_UNIQUE + PRIOR_FORKED)
+        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE + PRIOR_UNIQUE + PRIOR_FORKED + PRIOR_PIECE)
         self._keep = 1.0 - 1.0 / memory
         # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
         self._hits: dict[tuple[str, int], float] = defaultdict(float)
@@ -213,16 +263,18 @@ class AcceptanceModel:
         """Posterior mean of p(kind, e) (of a unique or forked token when ``fork`` is given)."""
         return self.along(kind, e, 1, None if fork is None else (fork,))[0]
 
-    def along(self, kind: str, base: int, n: int, forks: Sequence[bool] | None = None) -> list[float]:
+    def along(self, kind: str, base: int, n: int, forks: Sequence[bool] | None = None,
+              pieces: Sequence[bool] | None = None) -> list[float]:
         """Posterior means of p for tokens 1..n of a ``kind`` draft from a match of ``base`` tokens
-        (``forks``: the draft's fork flags, at least n of them, or None).
+        (``forks``: the draft's fork flags, at least n of them, or None; ``pieces`` likewise, its
+        word-piece flags).
 
         The hot path of every step (the policy prices each candidate with it): lookups are local.
         """
         hits, trials, prior, w = self._hits.get, self._trials.get, self._prior, self.prior_weight
         out = []
         for j in range(1, n + 1):
-            b = token_bucket(base, j, forks)
+            b = token_bucket(base, j, forks, pieces)
             key = (kind, b)
             out.append((hits(key, 0.0) + prior[b]) / (trials(key, 0.0) + w))
         return out
@@ -253,9 +305,13 @@ class DraftPolicy:
     """
 
     def __init__(self, table: CostTable, options: PolicyOptions | None = None, *,
-                 acceptance: AcceptanceModel | None = None, sampled: bool = False) -> None:
+                 acceptance: AcceptanceModel | None = None, sampled: bool = False,
+                 pieces: Callable[[Sequence[int]], list[bool]] | None = None) -> None:
         self.table = table
         self.options = o = options or PolicyOptions()
+        #: Word-piece flags of a draft (a :class:`WordPieces` over the model's tokenizer), or None:
+        #: unique tokens are then priced as one class. Off when ``word_pieces`` is.
+        self.pieces = pieces if o.word_pieces else None
         #: Appended to every kind when the generation samples (``split_sampled``).
         self.kind_suffix = SAMPLED_SUFFIX if sampled and o.split_sampled else ""
         self.scale = 1.0  # live multiplier on the table
@@ -278,12 +334,13 @@ class DraftPolicy:
         return max(1.0, cost * self.scale)
 
     def best_length(self, n: int, confidence: int | None, kind: str,
-                    forks: Sequence[bool] | None = None) -> tuple[int, float]:
+                    forks: Sequence[bool] | None = None,
+                    pieces: Sequence[bool] | None = None) -> tuple[int, float]:
         """(k, value(k)) maximizing value over k in [min_draft, min(n, max_draft)]; (0, 1.0) if none."""
         o = self.options
         best_k, best_v = 0, 1.0
         survive, expected = 1.0, 0.0
-        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft), forks), start=1):
+        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft), forks, pieces), start=1):
             survive *= p
             expected += survive
             if j >= o.min_draft:
@@ -306,11 +363,13 @@ class DraftPolicy:
         confidence = UNKNOWN_CONFIDENCE if confidence is None else confidence
         if forks is not None:
             forks = [bool(f) for f in forks[:len(draft)]] if len(forks) >= len(draft) else None
-        self._pending.append(_Candidate([int(t) for t in draft], confidence, kind, forks))
+        draft = [int(t) for t in draft]
+        pieces = self.pieces(draft) if forks is not None and self.pieces is not None else None
+        self._pending.append(_Candidate(draft, confidence, kind, forks, pieces))
         o = self.options
         if forced:
             return len(draft) if len(draft) >= o.min_draft else 0
-        k, v = self.best_length(len(draft), confidence, kind, forks)
+        k, v = self.best_length(len(draft), confidence, kind, forks, pieces)
         if k and v >= 1.0 + o.min_gain:
             self.chosen += 1
             return k
@@ -344,12 +403,12 @@ class DraftPolicy:
 
     def _score(self, c: _Candidate, *, accepted: int, complete: bool) -> None:
         # Trials j = 1..accepted are hits at e = base + j - 1; the (accepted+1)-th is the miss.
-        base, kind, forks = c.base, c.kind, c.forks
+        base, kind, forks, pieces = c.base, c.kind, c.forks, c.pieces
         trial = self.model.trial
         for j in range(1, accepted + 1):
-            trial((kind, token_bucket(base, j, forks)), 1.0)
+            trial((kind, token_bucket(base, j, forks, pieces)), 1.0)
         if not complete:
-            trial((kind, token_bucket(base, accepted + 1, forks)), 0.0)
+            trial((kind, token_bucket(base, accepted + 1, forks, pieces)), 0.0)
 
     def reset_pending(self) -> None:
         """Forget unscored candidates (the stream they would be scored on was cut off)."""
