@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,16 @@ def test_a_selection_that_cannot_be_honoured_fails_at_load_with_a_named_error(tm
     env = {**be.env_for("patched"), "FUCINA_ENGINE_CACHE": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "EngineUnavailable FUCINA_ENGINE", r.stderr
+
+
+def test_engine_status_into_a_closed_pipe_exits_quietly(tmp_path):
+    # `python -m fucina.engine status | head -1`: the reader is gone before the output is flushed.
+    env = {**be.env_for("stock"), "FUCINA_ENGINE_CACHE": str(tmp_path)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "fucina.engine", "status"], env=env, stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and r.stderr == ""

@@ -12,6 +12,7 @@ from typing import Sequence
 from fucina.cli import bench, chat, doctor, generate, serve, spec_bench, tokenize
 from fucina.cli.common import EXIT_USAGE, CliError, Parser
 from fucina.errors import FucinaError
+from fucina.files import drop_stdout
 
 __all__ = ["build_parser", "main"]
 
@@ -50,4 +51,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        drop_stdout()
         return 0

@@ -8,6 +8,7 @@ import sys
 from fucina.engine_selection import engine_dir, read_manifest, selected_dir
 from fucina.engine.build import VARIANTS, EngineBuildError, build, engine_ready
 from fucina.errors import EngineUnavailable
+from fucina.files import drop_stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except (EngineBuildError, EngineUnavailable) as exc:
         print(f"fucina.engine: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `status | head`: the reader has what it wanted
+        drop_stdout()
+        return 0
 
 
 if __name__ == "__main__":
