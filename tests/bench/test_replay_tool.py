@@ -176,6 +176,14 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
     doc = json.loads(capsys.readouterr().out)
     for w in doc["workloads"]:
         assert w["perfect_policy_speedup"] >= 1.0  # it only verifies what pays: never below plain
+    # --per-task: a row per recorded task (named by its id), then each group's median over its tasks.
+    assert replay.main(["--streams", str(out), "--no-synthetic", "--flat", "--json", "--per-task",
+                        "--vocab-size", str(model.vocab_size)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {w["name"] for w in doc["workloads"]} == {"stream:repeat:rep", "stream:rag_ref:ref"}
+    speed = {w["name"]: w["projected_speedup"] for w in doc["workloads"]}
+    assert doc["task_medians"]["stream:repeat"] == speed["stream:repeat:rep"]
+    assert set(doc["task_medians"]) == {"stream:repeat", "stream:rag_ref", "all"}
 
     def no_tokenizer(model):
         raise OSError("no such model")
@@ -189,6 +197,16 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
     (tmp_path / "bad.jsonl").write_text('{"group": "x"}\n')
     assert replay.main(["--streams", str(tmp_path / "bad.jsonl"), "--no-synthetic"]) == 2
     assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_task_medians_are_medians_of_per_task_ratios():
+    rows = []
+    for name, tokens, cost in (("w:a", 10, 10.0), ("w:b", 12, 10.0), ("w:c", 30, 10.0), ("v:a", 5, 5.0)):
+        r = replay.WorkloadResult(name)
+        r.tokens, r.cost = tokens, cost
+        rows.append(r)
+    got = replay.task_medians(rows, {"w:a": "w", "w:b": "w", "w:c": "w", "v:a": "v"})
+    assert got == {"w": 1.2, "v": 1.0, "all": pytest.approx(1.1)}  # not w's aggregate 52 / 30
 
 
 def test_perfect_policy_never_costs_more_than_plain_and_wins_on_a_copy():

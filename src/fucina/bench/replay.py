@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from collections import Counter, defaultdict
@@ -71,7 +72,7 @@ from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
            "trace_streams", "recorded_streams", "flat_table", "ceiling_steps", "perfect_policy_cost",
-           "match_only", "main"]
+           "match_only", "task_medians", "main"]
 
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
@@ -98,6 +99,8 @@ class Stream:
     earlier: list[list[int]] = field(default_factory=list)
     #: The continuation was sampled (T > 0), so the policy prices it as a sampled generation.
     sampled: bool = False
+    #: The task id of a recorded stream ("" when the workload has none), for ``--per-task``.
+    name: str = ""
 
 
 @dataclass
@@ -420,7 +423,8 @@ def recorded_streams(path: Path) -> dict[str, list[Stream]]:
     def parse(row: dict) -> tuple[str, Stream]:
         return str(row["group"]), Stream(prompt=_ids(row["prompt"]), continuation=_ids(row["output"]),
                                          references=[_ids(r) for r in row.get("references", [])],
-                                         sampled=float(row.get("temperature", 0.0)) > 0)
+                                         sampled=float(row.get("temperature", 0.0)) > 0,
+                                         name=str(row.get("id", "")))
 
     workloads: dict[str, list[Stream]] = defaultdict(list)
     for group, stream in read_jsonl(path, "recorded stream", parse):
@@ -510,6 +514,21 @@ def measure_priors(streams: Sequence[Stream], vocab_size: int, budget: int,
     return {k: (v[0], v[1]) for k, v in total.items()}
 
 
+def task_medians(results: Sequence[WorkloadResult], task_of: dict[str, str]) -> dict[str, float]:
+    """Per workload, the median over its streams' rows of the projected speedup, and ``all`` over
+    every row: the median of per-task ratios, as ``fucina bench`` reports (an aggregate ratio is
+    carried by the easiest stream). E.g. rows of 1.0x, 1.2x and 3.0x give 1.2x, where their tokens
+    over their cost might give 2x."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        if r.cost:
+            by[task_of.get(r.name, r.name)].append(r.tokens / r.cost)
+    out = {n: statistics.median(v) for n, v in by.items()}
+    if by:
+        out["all"] = statistics.median([x for v in by.values() for x in v])
+    return out
+
+
 def _load_tokenizer(model: str | None):
     from fucina.catalog import load_tokenizer
 
@@ -563,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-word-pieces", action="store_true",
                     help="price unique word pieces and word starts as one class (the policy before "
                          "word pieces)")
+    ap.add_argument("--per-task", action="store_true",
+                    help="one row per stream, then each workload's median over its streams of the "
+                         "projected speedup (the per-task median fucina bench reports)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
     if a.budget < 1:
@@ -650,13 +672,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[tuple[str, list[Stream], int | None]] = [(n, w, None) for n, w in workloads.items()]
     if a.cross_request is not None:
         runs += [(f"{n} +cross-request", w, a.cross_request) for n, w in traces.items()]
+    task_of: dict[str, str] = {}  # with --per-task: a stream's row -> its workload
+    if a.per_task:
+        split = []
+        for n, w, cross in runs:
+            for i, s in enumerate(w):
+                row = f"{n}:{s.name or i}"
+                task_of[row] = n
+                split.append((row, [s], cross))
+        runs = split
     results = []
     # A model's recorded streams share one acceptance model across their groups, in file order, as
     # one LLM (and fucina bench, per method) shares it across its calls; other workloads start fresh.
     recorded = AcceptanceModel()
     for name, streams, cross in runs:
         result = WorkloadResult(name)
-        base_name = name.removesuffix(" +cross-request")
+        base_name = task_of.get(name, name).removesuffix(" +cross-request")
         learned = recorded if name.startswith("stream:") else AcceptanceModel()
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
@@ -667,13 +698,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                           pieces=pieces if base_name in tokenized else None)
         results.append(result)
 
+    medians = task_medians(results, task_of) if a.per_task and table is not None else {}
     if a.json:
         print(json.dumps({"budget": a.budget, "synth_topk": a.synth_topk, "recycling": not a.no_recycling,
                           "table": table.source if table is not None else None,
                           "bench_rows_skipped": skipped,
-                          "workloads": [r.as_dict() for r in results]}, indent=2))
+                          "workloads": [r.as_dict() for r in results],
+                          **({"task_medians": medians} if medians else {})}, indent=2))
     else:
         print(format_table(results, a.budget, a.synth_topk, table, policy=not a.no_policy))
+        if medians:
+            print("median over tasks of the projected speedup: "
+                  + ", ".join(f"{n} {v:.2f}x" for n, v in medians.items()))
         if skipped:
             print(f"({skipped} bench rows without a reference answer skipped)")
     return 0
