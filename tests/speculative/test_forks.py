@@ -129,14 +129,21 @@ class ForkingSource(ScriptedSource):
         return draft
 
 
-def test_the_decoder_hands_the_forks_to_the_policy_and_stays_lossless():
+def forking_run(n: int = 40) -> tuple[SpeculativeDecoder, list[int], list[int]]:
+    """(decoder, prompt, expected): a FakeModel decoder drafting from a ForkingSource, not yet fed, and
+    the ``n`` tokens plain decoding gives after the prompt, which it must reproduce."""
     m = FakeModel(seed=0)
     prompt = m.tokenize("the cat sat on the mat. the cat sat on the ")
     plain = PlainDecoder(FakeModel(seed=0), Sampler(SamplerOptions()))
     plain.feed(prompt)
-    expected = list(plain.generate(40))
+    expected = list(plain.generate(n))
     d = SpeculativeDecoder(m, ForkingSource(prompt + expected, m.vocab_size), Sampler(SamplerOptions()),
                            SpecOptions(), cost_table=FLAT)
+    return d, prompt, expected
+
+
+def test_the_decoder_hands_the_forks_to_the_policy_and_stays_lossless():
+    d, prompt, expected = forking_run()
     d.feed(prompt)
     assert list(d.generate(40)) == expected
     labels = set(d.policy.learned()["conversation"])

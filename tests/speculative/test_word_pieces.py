@@ -6,14 +6,10 @@
 
 from __future__ import annotations
 
-from fucina.backends.fake import FakeModel
-from fucina.generate import PlainDecoder
-from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import (N_BUCKETS, N_CLASSES, PRIOR_PIECE, PRIOR_UNIQUE, DraftPolicy, PolicyOptions,
                                        WordPieces, e_label, token_bucket)
-from tests.speculative.test_forks import ForkingSource
+from tests.speculative.test_forks import forking_run
 
 FLAT = CostTable(tuple((n, 1 + 0.03 * (n - 1)) for n in range(2, 34)), "flat")
 PIECES = {5: b" extra", 6: b"ordinary", 7: b".", 8: b"", 9: b"\n", 10: b"42", 11: b"\xc3\xa9t\xc3\xa9"}
@@ -69,13 +65,7 @@ def test_pieces_are_priced_above_word_starts_at_short_matches():
 
 
 def test_the_decoder_gives_its_policy_the_models_pieces_and_stays_lossless():
-    m = FakeModel(seed=0)
-    prompt = m.tokenize("the cat sat on the mat. the cat sat on the ")
-    plain = PlainDecoder(FakeModel(seed=0), Sampler(SamplerOptions()))
-    plain.feed(prompt)
-    expected = list(plain.generate(40))
-    d = SpeculativeDecoder(m, ForkingSource(prompt + expected, m.vocab_size), Sampler(SamplerOptions()),
-                           SpecOptions(), cost_table=FLAT)
+    d, prompt, expected = forking_run()
     assert isinstance(d.policy.pieces, WordPieces)
     d.feed(prompt)
     assert list(d.generate(40)) == expected
