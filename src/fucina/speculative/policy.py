@@ -50,7 +50,8 @@ from fucina.errors import InvalidOption
 from fucina.speculative.costs import CostTable
 
 __all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "WordPieces", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE",
-           "PRIOR_FORKED", "PRIOR_PIECE", "N_CLASSES", "E_EDGES", "N_BUCKETS", "SAMPLED_SUFFIX", "e_bucket", "e_label", "draft_bucket", "token_bucket", "kind_of"]
+           "PRIOR_FORKED", "PRIOR_PIECE", "N_CLASSES", "E_EDGES", "N_BUCKETS", "SAMPLED_SUFFIX", "e_bucket",
+           "e_label", "draft_bucket", "token_bucket", "kind_of"]
 
 #: Lower edges of the match-length buckets p is learned over: 1..7 one by one (acceptance climbs
 #: fastest there), then 8-11, 12-15, 16-23, 24-31, 32+. Bucket 0 holds e = 0 (no match: recycling
@@ -354,7 +355,8 @@ class DraftPolicy:
         """How many tokens of ``draft`` to verify (0 = a plain step); the candidate is kept for scoring.
 
         ``forks``: the source's fork flag of each draft token, read up to the draft's length (None,
-        or a list shorter than the draft: priced without). ``forced`` (the gate-open ablation) verifies the whole draft but still
+        or a list shorter than the draft: priced without; with them, the policy's ``pieces`` split
+        the unique tokens). ``forced`` (the gate-open ablation) verifies the whole draft but still
         scores it.
         """
         if not draft:
