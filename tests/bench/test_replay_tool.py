@@ -121,6 +121,13 @@ def test_cli_traces_with_cross_request_and_priors(tmp_path, monkeypatch, capsys)
     doc = json.loads(capsys.readouterr().out)
     agent = next(w for w in doc["workloads"] if w["name"] == "trace:agent")
     assert agent["projected_speedup"] > 1.0 and agent["ceiling_tokens_per_step"] > 1.0
+    # --per-task splits the rows but not the learning: a workload's rows share its acceptance model,
+    # so they take the same steps as the workload replayed whole.
+    assert replay.main(["--traces", str(f), "--no-synthetic", "--no-recycling", "--flat", "--json",
+                        "--per-task"]) == 0
+    rows = [w for w in json.loads(capsys.readouterr().out)["workloads"] if w["name"].startswith("trace:agent:")]
+    assert len(rows) == 2
+    assert sum(w["steps"] for w in rows) == agent["steps"] and sum(w["tokens"] for w in rows) == agent["tokens"]
     assert replay.main(["--traces", str(f), "--no-synthetic", "--priors"]) == 0
     priors = capsys.readouterr().out
     assert "m1 " in priors and " piece " in priors  # the byte tokenizer's letters are word pieces

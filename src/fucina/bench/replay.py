@@ -684,11 +684,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     # A model's recorded streams share one acceptance model across their groups, in file order, as
     # one LLM (and fucina bench, per method) shares it across its calls; other workloads start fresh.
+    # With --per-task a workload's rows share its model, as its streams do without the flag.
     recorded = AcceptanceModel()
+    per_workload: dict[str, AcceptanceModel] = defaultdict(AcceptanceModel)
     for name, streams, cross in runs:
         result = WorkloadResult(name)
-        base_name = task_of.get(name, name).removesuffix(" +cross-request")
-        learned = recorded if name.startswith("stream:") else AcceptanceModel()
+        workload = task_of.get(name, name)
+        base_name = workload.removesuffix(" +cross-request")
+        learned = recorded if name.startswith("stream:") else per_workload[workload]
         for s in streams:
             ids = s.prompt + s.continuation + [t for r in s.references for t in r]
             v = vocab or (max(ids, default=0) + 1)
