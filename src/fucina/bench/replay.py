@@ -622,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Recorded streams are token ids already: only their word pieces are lost.
             print(f"replay: no tokenizer ({a.model}: {exc}); streams replayed without word pieces",
                   file=sys.stderr)
-        if needs_tokenizer and tok is not None:
+        if needs_tokenizer:  # loaded, or we returned above
             vocab = vocab or tok.vocab_size
     # Word pieces for the workloads in the tokenizer's ids (not token files or synthetic ids).
     pieces = WordPieces(tok.token_bytes) if tok is not None and not a.no_word_pieces else None

@@ -16,7 +16,6 @@ sampler per run, so every repeat draws the same stream. The peer's settings are 
 
 from __future__ import annotations
 
-
 import gc
 import json
 import math
