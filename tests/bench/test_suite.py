@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fucina.backends.fake import FakeModel
-from fucina.bench.report import (METHODS, Divergence, RunRecord, markdown, results_json, summarize_groups,
-                                 summarize_tasks, write_chart)
+from fucina.bench.report import (METHODS, Divergence, RunRecord, inplace_costs, markdown, results_json,
+                                 summarize_groups, summarize_tasks, write_chart)
 from fucina.bench.suite import (PeerRun, Task, TaskFileError, encode_prompt, first_difference, load_tasks,
                                 parse_tasks, peer_accounting, run_suite, sampler_options, select_tasks)
 from fucina.cli import main
@@ -284,6 +284,48 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
     assert len(divs) == len(peer_runs)  # one per greedy peer run; none for the sampled task
     assert all(d.runner_up and d.top2_gap is not None and d.top2_gap >= 0 and d.plain_reproduced for d in divs)
     assert not [d for d in res.divergences if d.method not in ("peer", "peer_n2")]
+
+
+def test_plain_again_is_plain_decoding_and_fucina_counts_its_forwards():
+    res = run_suite(FakeModel(), fake_tasks(), model_name="fake", cost_table=TABLE, repeats=2,
+                    methods=["fucina", "plain_again"])
+    by = {(r.task_id, r.method, r.repeat): r for r in res.runs}
+    assert [r.method for r in res.runs[:3]] == ["plain", "fucina", "plain_again"]  # the A/A repeat runs last
+    for (task, method, repeat), r in by.items():
+        if method == "plain_again":
+            plain = by[(task, "plain", repeat)]
+            assert r.identical and r.steps == r.tokens == plain.tokens and r.verifies == 0 and not r.extra
+        elif method == "fucina":
+            fw = {int(k): v for k, v in r.extra["forwards"].items()}
+            # every step but the first (its token comes from the prompt's forward) is one forward:
+            # rows 1 for a plain step, k + 1 for a verify of k drafts
+            assert sum(n for n, _ in fw.values()) == r.steps - 1
+            assert sum(n for rows, (n, _) in fw.items() if rows > 1) == r.verifies
+            assert sum((rows - 1) * n for rows, (n, _) in fw.items()) == r.drafted
+            assert all(sec > 0 for _, sec in fw.values())
+    assert any(int(k) > 1 for r in res.runs if r.method == "fucina" for k in r.extra["forwards"])
+
+
+def test_inplace_costs_divide_by_the_same_runs_plain_steps():
+    a = rec("t1", "g", "fucina", 0, 1.0)
+    a.extra = {"forwards": {"1": [8, 0.08], "4": [2, 0.05]}}
+    b = rec("t2", "g", "fucina", 0, 1.0)
+    b.extra = {"forwards": {"1": [2, 0.02], "4": [2, 0.03], "9": [1, 0.04]}}
+    c = rec("t1", "g", "sam_only", 0, 1.0)
+    c.extra = {"forwards": {"4": [1, 0.02]}}  # no plain step to divide by
+    runs = [a, b, c, rec("t1", "g", "plain", 0, 1.0)]
+    costs = {(x.method, x.rows): x for x in inplace_costs(runs, {"m": {"points": [[4, 1.6], [8, 2.0]]}})}
+    assert set(costs) == {("fucina", 1), ("fucina", 4), ("fucina", 9), ("sam_only", 4)}
+    assert costs[("fucina", 1)].cost == pytest.approx(1.0) and costs[("fucina", 1)].forwards == 10
+    assert costs[("fucina", 4)].cost == pytest.approx((0.08 / 4) / 0.01)  # pooled: 0.02 s per verify
+    assert costs[("fucina", 4)].table == pytest.approx(1.6)
+    assert costs[("fucina", 9)].cost == pytest.approx(4.0) and costs[("fucina", 9)].table == pytest.approx(2.1)
+    assert costs[("sam_only", 4)].cost is None
+    assert all(x.table is None for x in inplace_costs(runs))
+    text = markdown(summarize_groups(runs), inplace=inplace_costs(runs, {"m": {"points": [[4, 1.6], [8, 2.0]]}}))
+    assert "| 4 | 4 | 2.00 | 1.60 | 1.25 |" in text
+    assert "forwards in place" not in markdown(summarize_groups(runs))
+    assert results_json(runs, [], {})["inplace_costs"]
 
 
 class DriftModel(FakeModel):

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 #: Every method, in the interleaving order of one repeat (plain first: it is the reference).
 METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open", "match_only",
-                            "no_pieces")
+                            "no_pieces", "plain_again")
 
 #: One line per method for the report's legend.
 METHOD_LEGEND: dict[str, str] = {
@@ -40,6 +40,8 @@ METHOD_LEGEND: dict[str, str] = {
                   "before them)",
     "no_pieces": "ablation: fucina with unique word pieces and word starts priced as one class (the policy "
                  "before word pieces)",
+    "plain_again": "plain decoding once more, last in each repeat (an A/A comparison): its speedup is this "
+                   "run's own noise, so a group's figure means something only where it stands clear of this one",
 }
 
 
@@ -245,6 +247,49 @@ def summarize_groups(runs: Sequence[RunRecord], tasks: Sequence[TaskSummary] | N
     return out
 
 
+@dataclass(frozen=True)
+class InPlaceCost:
+    """What a forward over ``rows`` tokens cost inside one method's runs, beside the cost table.
+
+    ``cost`` = mean seconds of those forwards / mean seconds of the same runs' plain steps: the table's
+    unit, measured where the policy spends it (long prompts, a verify between plain steps) rather than on
+    the short calibration prompt. Forwards are timed alone (no sampling, no draft lookup).
+    """
+
+    model: str
+    method: str
+    rows: int  # tokens fed: 1 = a plain step, k + 1 = a verify of k drafts
+    forwards: int
+    cost: float | None  # None: the method's runs took no plain step to divide by
+    table: float | None  # the cost table's C(rows); None: no table recorded for the model
+
+
+def inplace_costs(runs: Sequence[RunRecord], cost_tables: Mapping[str, Mapping[str, Any]] | None = None
+                  ) -> list[InPlaceCost]:
+    """Per (model, method, rows), pooled over the method's runs (those that recorded ``forwards``)."""
+    from fucina.speculative.costs import CostTable
+
+    pooled: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for r in runs:
+        for rows, (n, sec) in r.extra.get("forwards", {}).items():
+            cell = pooled.setdefault((r.model, r.method), {}).setdefault(int(rows), [0, 0.0])
+            cell[0] += n
+            cell[1] += sec
+    tables = {m: CostTable(tuple((int(n), float(c)) for n, c in t["points"]))
+              for m, t in (cost_tables or {}).items() if t.get("points")}
+    out = []
+    for (model, method), by_rows in pooled.items():
+        n1, s1 = by_rows.get(1, (0, 0.0))
+        step = s1 / n1 if n1 and s1 > 0 else None
+        table = tables.get(model)
+        for rows in sorted(by_rows):
+            n, sec = by_rows[rows]
+            out.append(InPlaceCost(model=model, method=method, rows=rows, forwards=int(n),
+                                   cost=(sec / n) / step if step and n else None,
+                                   table=table.cost(rows) if table is not None else None))
+    return out
+
+
 # -- markdown ---------------------------------------------------------------------------------------
 
 def _x(v: float | None) -> str:
@@ -260,8 +305,10 @@ def _num(v: float | None, digits: int = 2) -> str:
 
 
 def markdown(groups: Sequence[GroupSummary], divergences: Sequence[Divergence] = (),
-             meta: Mapping[str, Any] | None = None, chart: str | None = "speedup.png") -> str:
-    """The ``results.md`` report: a speedup grid and a detail table per model, then divergences."""
+             meta: Mapping[str, Any] | None = None, chart: str | None = "speedup.png",
+             inplace: Sequence[InPlaceCost] = ()) -> str:
+    """The ``results.md`` report: a speedup grid and a detail table per model, fucina's verify costs in
+    place (when given), then divergences."""
     meta = meta or {}
     lines = ["# fucina bench", ""]
     for key, label in (("date", "date"), ("machine", "machine"), ("engine", "engine"),
@@ -303,12 +350,26 @@ def markdown(groups: Sequence[GroupSummary], divergences: Sequence[Divergence] =
                     f"{_pct(g.acceptance)} | {_num(g.tokens_per_step)} | {g.identical_pct:.0f}% | "
                     f"{_pct(g.of_oracle)} |")
         lines.append("")
+        lines += _inplace_lines([c for c in inplace if c.model == model and c.method == "fucina"])
         divs = [d for d in divergences if d.model == model]
         lines += _divergence_lines(divs)
     lines += ["## Methods", ""]
     lines += [f"- **{m}**: {METHOD_LEGEND[m]}" for m in METHODS if m in METHOD_LEGEND]
     lines.append("")
     return "\n".join(lines)
+
+
+def _inplace_lines(costs: Sequence[InPlaceCost]) -> list[str]:
+    if not any(c.rows > 1 for c in costs):
+        return []
+    lines = ["fucina's forwards in place (cost = mean seconds / mean seconds of its own plain steps, pooled "
+             "over its runs; table = the cost table the policy started from, which it rescales live):", "",
+             "| rows | forwards | cost in place | table | in place / table |", "|---:|---:|---:|---:|---:|"]
+    for c in costs:
+        ratio = c.cost / c.table if c.cost is not None and c.table else None
+        lines.append(f"| {c.rows} | {c.forwards} | {_num(c.cost)} | {_num(c.table)} | {_num(ratio)} |")
+    lines.append("")
+    return lines
 
 
 def _divergence_lines(divs: Sequence[Divergence], cap: int = 50) -> list[str]:
@@ -376,6 +437,7 @@ def results_json(runs: Sequence[RunRecord], divergences: Sequence[Divergence],
         "meta": dict(meta),
         "groups": [asdict(g) for g in summarize_groups(runs, tasks)],
         "tasks": [asdict(t) for t in tasks],
+        "inplace_costs": [asdict(c) for c in inplace_costs(runs, meta.get("cost_tables"))],
         "divergences": [asdict(d) for d in divergences],
         "runs": [r.to_json() for r in runs],
     }

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fucina.bench.report import METHODS, Divergence, RunRecord, markdown, results_json, summarize_groups, write_chart
+from fucina.bench.report import (METHODS, Divergence, RunRecord, inplace_costs, markdown, results_json, summarize_groups,
+                                 write_chart)
 from fucina.errors import FucinaError
 
 
@@ -220,7 +221,8 @@ def _write(out: Path, runs: Sequence[RunRecord], divergences: Sequence[Divergenc
     tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     tmp.replace(out / "results.json")  # never a half-written results.json
     groups = summarize_groups(runs)
-    (out / "results.md").write_text(markdown(groups, divergences, meta, "speedup.png" if chart else None),
+    costs = inplace_costs(runs, meta.get("cost_tables"))
+    (out / "results.md").write_text(markdown(groups, divergences, meta, "speedup.png" if chart else None, costs),
                                     encoding="utf-8")
     if chart:
         write_chart(groups, out / "speedup.png")

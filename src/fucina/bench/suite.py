@@ -43,6 +43,8 @@ TOP_P = 0.95
 SEED = 0
 MAX_REFERENCES = 8  # SpeculationIndex's default max_references
 PEER_METHODS: dict[str, int | None] = {"peer": None, "peer_n2": 2}  # name -> num_pred_tokens (None: default)
+#: Methods that decode plainly: the reference, and its A/A repeat that measures the run's own noise.
+PLAIN_METHODS = frozenset({"plain", "plain_again"})
 SAMPLING_NOTE = (f"temperature 0 = greedy (argmax, no penalties); temperature T > 0 = sampled with T, "
                  f"top-k {TOP_K}, top-p {TOP_P}, seed {SEED} (fresh sampler per run)")
 PEER_NOTE = ("llama_cpp.Llama(draft_model=LlamaPromptLookupDecoding(...)) on the same GGUF, n_ctx, n_batch and "
@@ -369,7 +371,9 @@ def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream:
 
 
 def _extra(decoder: SpeculativeDecoder) -> dict:
-    extra: dict = {"policy": decoder.policy.summary()}
+    forwards = sorted(decoder.stats.forwards.items())
+    extra: dict = {"policy": decoder.policy.summary(),
+                   "forwards": {str(rows): [int(n), round(sec, 6)] for rows, (n, sec) in forwards}}
     stats = getattr(decoder.source, "stats", None)
     if callable(stats):
         extra["sources"] = {s.name: [s.accepted, s.drafted] for s in stats().sources}
@@ -384,7 +388,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
     model.reset()
     s0 = clock()
     sampler = Sampler(p.options)
-    if method == "plain":
+    if method in PLAIN_METHODS:
         decoder = PlainDecoder(model, sampler)
     else:
         pol = policy or PolicyOptions()
@@ -407,7 +411,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
                     temperature=p.task.temperature, method=method, repeat=repeat, prompt_tokens=len(p.prompt),
                     tokens=len(out), prefill_s=t1 - t0, gen_s=t2 - t1, setup_s=setup,
                     stop="stop" if out and out[-1] in stops else "length")
-    if method == "plain":
+    if method in PLAIN_METHODS:
         rec.steps = len(out)
     else:
         s = decoder.stats

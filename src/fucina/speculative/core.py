@@ -73,6 +73,15 @@ class SpecStats:
     committed: int = 0
     #: The error that dropped the draft source mid-generation (obligation 6), or None.
     source_fault: str | None = None
+    #: Forwards by rows fed (1 = a plain step, k + 1 = a verify of k drafts): rows -> [count, seconds].
+    #: Seconds add up only with a clock; the bench sets them beside the cost table to see what a verify
+    #: costs in place, where the table was measured on a short calibration prompt.
+    forwards: dict[int, list[float]] = field(default_factory=dict)
+
+    def record_forward(self, rows: int, seconds: float | None) -> None:
+        entry = self.forwards.setdefault(rows, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds or 0.0
 
     @property
     def tokens_per_step(self) -> float:
@@ -189,6 +198,7 @@ class SpeculativeDecoder(CommittedStream):
             t0 = self.clock() if self.clock else None
             row = self.model.forward_step([self._carried])
             seconds = (self.clock() - t0) if t0 is not None else None
+            self.stats.record_forward(1, seconds)
             return self._commit_plain(row, self._carried, forward=True, seconds=seconds)
         return self._verify(draft[:k], left, stops)
 
@@ -255,6 +265,7 @@ class SpeculativeDecoder(CommittedStream):
         s.drafted += len(draft)
         s.accepted += sum(1 for c, d in zip(committed, draft) if c == d)  # a prefix: we broke at the mismatch
         s.committed += len(committed)
+        s.record_forward(len(draft) + 1, seconds)
         self.policy.record_verify(len(draft), seconds)
         self.policy.observe(committed)
         self._advise(lambda: self.source.observe(committed))
