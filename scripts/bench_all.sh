@@ -39,6 +39,13 @@ python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
 fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only,match_only --repeats 3 \
   --out "$OUT/suite-smollm2"
+# The run's own noise beside the headline (plain_again: plain once more, an A/A column), and the floor of the two
+# lowest groups with enough repeats to see it.
+for m in smollm2-135m gemma3-270m; do
+  fucina bench --tasks "$OUT/tasks.jsonl" --model "$m" --methods plain,fucina,plain_again --repeats 3 --out "$OUT/aa-$m"
+done
+fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina --repeats 15 \
+  --groups mt_bench,freeform --out "$OUT/floor-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
 python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
 # The cost of exactness: stock vs GGML_LLAMAFILE=OFF vs the patched engine, side by side.
