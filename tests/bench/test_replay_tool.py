@@ -206,6 +206,42 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
     assert "bad.jsonl:1" in capsys.readouterr().err
 
 
+def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp_path, monkeypatch, capsys):
+    from fucina.backends.fake import FakeModel
+    from fucina.bench import streams
+    from fucina.bench.suite import Task
+
+    asked = []
+    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: asked.append(model) or ByteTokenizer())
+    model = FakeModel()
+    out = tmp_path / "s.jsonl"
+    tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 24, 0.0)]
+    assert streams.record(model, tasks, out, model_name="fake-135m") == 1
+    assert json.loads(out.read_text())["model"] == "fake-135m"
+    assert replay.recorded_model(out) == "fake-135m"
+    argv = ["--streams", str(out), "--no-synthetic", "--flat", "--json", "--vocab-size", str(model.vocab_size)]
+    assert replay.main(argv) == 0 and asked == ["fake-135m"]  # the streams' own tokenizer, not the default
+    capsys.readouterr()
+    assert replay.main([*argv, "--model", "fake-135m"]) == 0 and asked[-1] == "fake-135m"
+    capsys.readouterr()
+    # Another tokenizer would misread the streams' word pieces: one line, exit 2, nothing replayed.
+    assert replay.main([*argv, "--model", "smollm2-135m"]) == 2
+    err = capsys.readouterr()
+    assert "written by fake-135m" in err.err and len(err.err.strip().splitlines()) == 1 and not err.out
+    # A file from before the field falls back to --model, else the default tokenizer.
+    row = json.loads(out.read_text())
+    del row["model"]
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(row) + "\n")
+    assert replay.recorded_model(old) is None
+    assert replay.main(["--streams", str(old), *argv[2:]]) == 0 and asked[-1] == replay.DEFAULT_TOKENIZER
+    capsys.readouterr()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(out.read_text() + json.dumps({**row, "model": "other"}) + "\n")
+    assert replay.main(["--streams", str(mixed), *argv[2:]]) == 2
+    assert "several models" in capsys.readouterr().err
+
+
 def test_task_medians_are_medians_of_per_task_ratios():
     rows = []
     for name, tokens, cost in (("w:a", 10, 10.0), ("w:b", 12, 10.0), ("w:c", 30, 10.0), ("v:a", 5, 5.0)):

@@ -433,6 +433,17 @@ def recorded_streams(path: Path) -> dict[str, list[Stream]]:
     return dict(workloads)
 
 
+def recorded_model(path: Path) -> str | None:
+    """The model that wrote a stream file (its lines' ``model``), or None for a file from before the
+    field; ValueError if its lines name different models."""
+    models = set(read_jsonl(path, "recorded stream", lambda row: row.get("model")))
+    models.discard(None)
+    if len(models) > 1:
+        raise ValueError(f"{path}: streams from several models ({', '.join(sorted(map(str, models)))}); "
+                         "record one file per model")
+    return str(models.pop()) if models else None
+
+
 def read_jsonl(path: Path, what: str, parse) -> list:
     """``parse(row)`` of every non-empty line of a JSONL file; a bad line raises ValueError naming
     ``path:line`` and ``what`` it should have been."""
@@ -529,6 +540,10 @@ def task_medians(results: Sequence[WorkloadResult], task_of: dict[str, str]) -> 
     return out
 
 
+#: The tokenizer of --from-bench and --traces when none is named: the instruct model's.
+DEFAULT_TOKENIZER = "smollm2-135m"
+
+
 def _load_tokenizer(model: str | None):
     from fucina.catalog import load_tokenizer
 
@@ -551,9 +566,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cross-request", type=int, default=None, metavar="TOKENS",
                     help="also replay each trace request with its trajectory's earlier requests in a "
                          "cross-request index bounded to TOKENS")
-    ap.add_argument("--model", default="smollm2-135m",
-                    help="tokenizer for --from-bench/--traces, and the word pieces of those and of "
-                         "--streams (a catalog name or GGUF path: the model that wrote the streams)")
+    ap.add_argument("--model", default=None,
+                    help="tokenizer for --from-bench/--traces and for the word pieces of those and of "
+                         f"--streams (a catalog name or GGUF path; default: the model that wrote the "
+                         f"streams, else {DEFAULT_TOKENIZER})")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the copy/edit transcripts")
     ap.add_argument("--budget", type=int, default=16, help="caller draft budget per step")
     ap.add_argument("--no-recycling", action="store_true",
@@ -612,15 +628,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = 0
     tok = None
     needs_tokenizer = a.from_bench or a.traces is not None
+    wrote = None
+    if a.streams is not None:
+        # The streams' ids are the tokenizer's that wrote them; another one would misread their pieces.
+        try:
+            wrote = recorded_model(a.streams)
+        except (OSError, ValueError) as exc:
+            print(f"replay: {exc}", file=sys.stderr)
+            return 2
+        if wrote is not None and a.model is not None and a.model != wrote:
+            print(f"replay: {a.streams} was written by {wrote}; --model {a.model} would read its token ids "
+                  "with another tokenizer (drop --model, or give that one)", file=sys.stderr)
+            return 2
+    tok_model = a.model or wrote or DEFAULT_TOKENIZER
     if needs_tokenizer or (a.streams is not None and not a.no_word_pieces):
         try:
-            tok = _load_tokenizer(a.model)
+            tok = _load_tokenizer(tok_model)
         except Exception as exc:  # any failure means: no tokenizer on this machine
             if needs_tokenizer:
-                print(f"replay: cannot load the tokenizer ({a.model}): {exc}", file=sys.stderr)
+                print(f"replay: cannot load the tokenizer ({tok_model}): {exc}", file=sys.stderr)
                 return 2
             # Recorded streams are token ids already: only their word pieces are lost.
-            print(f"replay: no tokenizer ({a.model}: {exc}); streams replayed without word pieces",
+            print(f"replay: no tokenizer ({tok_model}: {exc}); streams replayed without word pieces",
                   file=sys.stderr)
         if needs_tokenizer:  # loaded, or we returned above
             vocab = vocab or tok.vocab_size

@@ -30,8 +30,11 @@ from fucina.sampling import Sampler
 __all__ = ["record", "main"]
 
 
-def record(model, tasks, out: Path, progress=None) -> int:
-    """Write one stream line per task to ``out`` (replaced atomically); returns the lines written."""
+def record(model, tasks, out: Path, progress=None, *, model_name: str | None = None) -> int:
+    """Write one stream line per task to ``out`` (replaced atomically); returns the lines written.
+
+    ``model_name`` (a catalog name or a GGUF path) goes on every line, so the replay reads the
+    streams' word pieces with the tokenizer that wrote them."""
     stops = frozenset(model.eos_ids)
     tmp = out.with_name(out.name + ".tmp")
     prepared = prepare(model, tasks)
@@ -41,9 +44,11 @@ def record(model, tasks, out: Path, progress=None) -> int:
             decoder = PlainDecoder(model, Sampler(p.options))
             decoder.feed(p.prompt)
             tokens = list(decoder.generate(p.task.gen, stops))
-            f.write(json.dumps({"id": p.task.id, "group": p.task.group, "prompt": list(p.prompt),
-                                "output": tokens, "references": [list(r) for r in p.refs],
-                                "temperature": p.task.temperature}) + "\n")
+            row = {"id": p.task.id, "group": p.task.group, "prompt": list(p.prompt), "output": tokens,
+                   "references": [list(r) for r in p.refs], "temperature": p.task.temperature}
+            if model_name is not None:
+                row["model"] = model_name
+            f.write(json.dumps(row) + "\n")
             if progress is not None:
                 progress(i, len(prepared), p.task.id)
     model.reset()
@@ -73,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fucina.catalog import load_model
 
         model = load_model(a.model, n_ctx=a.ctx, n_threads=a.threads, use_extra_bufts=False)
-        n = record(model, tasks, a.out,
+        # A path is kept absolute, so the replay finds the tokenizer from any directory.
+        name = str(Path(a.model).resolve()) if Path(a.model).is_file() else a.model
+        n = record(model, tasks, a.out, model_name=name,
                    progress=lambda i, total, tid: print(f"\r{i}/{total} {tid:<24}", end="", file=sys.stderr, flush=True))
         print(file=sys.stderr)
     except (TaskFileError, FucinaError, OSError) as exc:
