@@ -628,10 +628,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = 0
     tok = None
     needs_tokenizer = a.from_bench or a.traces is not None
-    wrote = None
+    wrote, recorded_workloads = None, {}
     if a.streams is not None:
         # The streams' ids are the tokenizer's that wrote them; another one would misread their pieces.
         try:
+            recorded_workloads = recorded_streams(a.streams)
             wrote = recorded_model(a.streams)
         except (OSError, ValueError) as exc:
             print(f"replay: {exc}", file=sys.stderr)
@@ -672,14 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         workloads.update(traces)
         tokenized.update(traces)
-    if a.streams is not None:
-        try:
-            recorded_workloads = recorded_streams(a.streams)
-        except (OSError, ValueError) as exc:
-            print(f"replay: {exc}", file=sys.stderr)
-            return 2
-        workloads.update(recorded_workloads)
-        tokenized.update(recorded_workloads)
+    workloads.update(recorded_workloads)
+    tokenized.update(recorded_workloads)
     if not a.no_synthetic:
         workloads.update(synthetic_edit_streams(seed=a.seed))
     if not workloads:
