@@ -218,7 +218,7 @@ def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp
     tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 24, 0.0)]
     assert streams.record(model, tasks, out, model_name="fake-135m") == 1
     assert json.loads(out.read_text())["model"] == "fake-135m"
-    assert replay.recorded_model(out) == "fake-135m"
+    assert replay.read_recorded(out)[1] == "fake-135m"
     argv = ["--streams", str(out), "--no-synthetic", "--flat", "--json", "--vocab-size", str(model.vocab_size)]
     assert replay.main(argv) == 0 and asked == ["fake-135m"]  # the streams' own tokenizer, not the default
     capsys.readouterr()
@@ -233,7 +233,7 @@ def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp
     del row["model"]
     old = tmp_path / "old.jsonl"
     old.write_text(json.dumps(row) + "\n")
-    assert replay.recorded_model(old) is None
+    assert replay.read_recorded(old)[1] is None
     assert replay.main(["--streams", str(old), *argv[2:]]) == 0 and asked[-1] == replay.DEFAULT_TOKENIZER
     capsys.readouterr()
     mixed = tmp_path / "mixed.jsonl"

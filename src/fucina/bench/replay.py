@@ -71,8 +71,8 @@ from fucina.speculative.policy import (N_BUCKETS, N_CLASSES, AcceptanceModel, Dr
 from fucina.speculative.sam import SamIndex
 
 __all__ = ["Stream", "SourceTally", "WorkloadResult", "replay_stream", "synthetic_edit_streams",
-           "trace_streams", "recorded_streams", "flat_table", "ceiling_steps", "perfect_policy_cost",
-           "match_only", "task_medians", "main"]
+           "trace_streams", "recorded_streams", "read_recorded", "flat_table", "ceiling_steps",
+           "perfect_policy_cost", "match_only", "task_medians", "main"]
 
 BENCH_FILE = "spec_bench_dev.jsonl"
 NO_DRAFT = "none"
@@ -420,28 +420,31 @@ def trace_streams(path: Path, tokenize, context_tokens: int = TRACE_CONTEXT_TOKE
 
 def recorded_streams(path: Path) -> dict[str, list[Stream]]:
     """Streams recorded by ``python -m fucina.bench.streams``, grouped as ``stream:<group>``."""
-    def parse(row: dict) -> tuple[str, Stream]:
-        return str(row["group"]), Stream(prompt=_ids(row["prompt"]), continuation=_ids(row["output"]),
-                                         references=[_ids(r) for r in row.get("references", [])],
-                                         sampled=float(row.get("temperature", 0.0)) > 0,
-                                         name=str(row.get("id", "")))
+    return read_recorded(path)[0]
+
+
+def read_recorded(path: Path) -> tuple[dict[str, list[Stream]], str | None]:
+    """A stream file in one pass: its streams (as :func:`recorded_streams`) and the model that wrote
+    them (its lines' ``model``; None for a file from before the field). ValueError if its lines
+    name different models."""
+    def parse(row: dict) -> tuple[str, Stream, object]:
+        return (str(row["group"]), Stream(prompt=_ids(row["prompt"]), continuation=_ids(row["output"]),
+                                          references=[_ids(r) for r in row.get("references", [])],
+                                          sampled=float(row.get("temperature", 0.0)) > 0,
+                                          name=str(row.get("id", ""))),
+                row.get("model"))
 
     workloads: dict[str, list[Stream]] = defaultdict(list)
-    for group, stream in read_jsonl(path, "recorded stream", parse):
+    models = set()
+    for group, stream, model in read_jsonl(path, "recorded stream", parse):
+        if model is not None:
+            models.add(str(model))
         if stream.continuation:
             workloads[f"stream:{group}"].append(stream)
-    return dict(workloads)
-
-
-def recorded_model(path: Path) -> str | None:
-    """The model that wrote a stream file (its lines' ``model``), or None for a file from before the
-    field; ValueError if its lines name different models."""
-    models = set(read_jsonl(path, "recorded stream", lambda row: row.get("model")))
-    models.discard(None)
     if len(models) > 1:
-        raise ValueError(f"{path}: streams from several models ({', '.join(sorted(map(str, models)))}); "
+        raise ValueError(f"{path}: streams from several models ({', '.join(sorted(models))}); "
                          "record one file per model")
-    return str(models.pop()) if models else None
+    return dict(workloads), (models.pop() if models else None)
 
 
 def read_jsonl(path: Path, what: str, parse) -> list:
@@ -632,8 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.streams is not None:
         # The streams' ids are the tokenizer's that wrote them; another one would misread their pieces.
         try:
-            recorded_workloads = recorded_streams(a.streams)
-            wrote = recorded_model(a.streams)
+            recorded_workloads, wrote = read_recorded(a.streams)
         except (OSError, ValueError) as exc:
             print(f"replay: {exc}", file=sys.stderr)
             return 2
