@@ -228,6 +228,15 @@ def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp
     assert replay.main([*argv, "--model", "smollm2-135m"]) == 2
     err = capsys.readouterr()
     assert "written by fake-135m" in err.err and len(err.err.strip().splitlines()) == 1 and not err.out
+    # A GGUF path is one model however it is spelled: the file records it absolute, --model may be relative.
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    assert streams.record(model, tasks, out, model_name=str((tmp_path / "m.gguf").resolve())) == 1
+    monkeypatch.chdir(tmp_path)
+    assert replay.main([*argv, "--model", "m.gguf"]) == 0 and asked[-1] == "m.gguf"
+    capsys.readouterr()
+    assert replay.main([*argv, "--model", "fake-135m"]) == 2
+    capsys.readouterr()
+    assert streams.record(model, tasks, out, model_name="fake-135m") == 1
     # A file from before the field falls back to --model, else the default tokenizer.
     row = json.loads(out.read_text())
     del row["model"]

@@ -547,6 +547,19 @@ def task_medians(results: Sequence[WorkloadResult], task_of: dict[str, str]) -> 
 DEFAULT_TOKENIZER = "smollm2-135m"
 
 
+def _same_model(a: str, b: str) -> bool:
+    """Two spellings of one model: equal, or the same GGUF file once resolved (a relative path
+    against the absolute one a stream file records)."""
+    from fucina.catalog import resolve_model
+
+    if a == b:
+        return True
+    try:
+        return resolve_model(a).resolve() == resolve_model(b).resolve()
+    except FucinaError:  # ModelNotFound: one of them names nothing here, so they cannot be shown equal
+        return False
+
+
 def _load_tokenizer(model: str | None):
     from fucina.catalog import load_tokenizer
 
@@ -639,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"replay: {exc}", file=sys.stderr)
             return 2
-        if wrote is not None and a.model is not None and a.model != wrote:
+        if wrote is not None and a.model is not None and not _same_model(a.model, wrote):
             print(f"replay: {a.streams} was written by {wrote}; --model {a.model} would read its token ids "
                   "with another tokenizer (drop --model, or give that one)", file=sys.stderr)
             return 2
