@@ -31,7 +31,8 @@ done > "$OUT/replay-traces.txt"
 for m in gemma3-270m smollm2-135m; do
   python -m fucina.bench.streams --tasks "$OUT/tasks.jsonl" --model "$m" --out "$OUT/streams-$m.jsonl"
   for a in "" "--match-only"; do
-    python -m fucina.bench.replay --streams "$OUT/streams-$m.jsonl" --no-synthetic --cost-table "$OUT/cost-$m.json" $a
+    python -m fucina.bench.replay --streams "$OUT/streams-$m.jsonl" --no-synthetic --cost-table "$OUT/cost-$m.json" \
+      --per-task $a
   done > "$OUT/replay-streams-$m.txt"
 done
 python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
@@ -44,7 +45,7 @@ fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fuc
 for m in smollm2-135m gemma3-270m; do
   fucina bench --tasks "$OUT/tasks.jsonl" --model "$m" --methods plain,fucina,plain_again --repeats 3 --out "$OUT/aa-$m"
 done
-fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina --repeats 15 \
+fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,plain_again --repeats 15 \
   --groups mt_bench,freeform --out "$OUT/floor-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
 python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
