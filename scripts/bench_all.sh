@@ -36,15 +36,12 @@ for m in gemma3-270m smollm2-135m; do
   done > "$OUT/replay-streams-$m.txt"
 done
 python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
-# Tier 2: end to end (the patched engine when built: exact level).
+# Tier 2: end to end (the patched engine when built: exact level). Each run has the A/A column beside the
+# headline (plain_again: plain once more, last in every repeat; Gemma's default methods include it).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
-fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only,match_only --repeats 3 \
-  --out "$OUT/suite-smollm2"
-# The run's own noise beside the headline (plain_again: plain once more, an A/A column), and the floor of the two
-# lowest groups with enough repeats to see it.
-for m in smollm2-135m gemma3-270m; do
-  fucina bench --tasks "$OUT/tasks.jsonl" --model "$m" --methods plain,fucina,plain_again --repeats 3 --out "$OUT/aa-$m"
-done
+fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,oracle,sam_only,match_only,plain_again \
+  --repeats 3 --out "$OUT/suite-smollm2"
+# The floor of the two lowest groups, with enough repeats to see it.
 fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,plain_again --repeats 15 \
   --groups mt_bench,freeform --out "$OUT/floor-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
