@@ -82,11 +82,14 @@ def test_patch_set_id_is_stable_and_changes_with_any_patch():
 
 
 def _fake_build(root: Path, variant: str, **extra) -> Path:
+    from fucina.engine.build import cmake_args
+
     d = root / f"engine-{variant}-{be.ENGINE_VERSION}"
     (d / "llama_cpp").mkdir(parents=True)
     (d / "llama_cpp" / "__init__.py").write_text("")
     (d / be.MANIFEST).write_text(json.dumps({"variant": variant, "version": be.ENGINE_VERSION,
-                                             "patch_set": patch_set_id(), **extra}))
+                                             "patch_set": patch_set_id(), "cmake_args": list(cmake_args(variant)),
+                                             **extra}))
     return d
 
 
@@ -133,6 +136,8 @@ def test_engine_ready_wants_todays_patch_set(tmp_path, monkeypatch):
     data = json.loads((d / be.MANIFEST).read_text())
     (d / be.MANIFEST).write_text(json.dumps({**data, "patch_set": "0" * 12}))
     assert not engine_ready("patched")  # built from another patch set: stale
+    (d / be.MANIFEST).write_text(json.dumps({k: v for k, v in data.items() if k != "cmake_args"}))
+    assert not engine_ready("patched")  # built from the recipe before AMX was left out: stale
 
 
 def test_activation_happens_before_llama_cpp_is_imported(tmp_path):

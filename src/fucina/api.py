@@ -80,7 +80,12 @@ class LLM:
         exact: load in batch-invariant mode (no CPU weight repacking) and cap drafts where the
             engine stays bitwise (see ``fucina doctor``). Default (None): on when this process
             runs the patched engine (``python -m fucina.engine build``), whose speculative output
-            is then bitwise plain decoding's; off on a stock engine.
+            is then bitwise plain decoding's; off on a stock engine (and off when ``repack=True``).
+        repack: load the weights into llama.cpp's extra CPU buffer types (weight repacking, and
+            AMX where the engine has it; llama.cpp's ``--repack``/``--no-repack``). Default (None):
+            off in exact mode and on a CPU with AMX, whose AMX buffer type crashes (llama.cpp
+            #20824; said once on stderr), on otherwise. ``True`` cannot be combined with
+            ``exact=True``: repacked weights take another kernel for batched rows.
         cost_table: a :class:`CostTable` or the path of one (``fucina spec-bench --out``); default:
             the table cached for this model and machine, measured once when missing.
         spec_options: low-level decoder options (:class:`fucina.speculative.core.SpecOptions`).
@@ -102,6 +107,7 @@ class LLM:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         exact: bool | None = None,
+        repack: bool | None = None,
         cost_table: Union[CostTable, str, os.PathLike, None] = None,
         spec_options: Any = None,
         chat_template: str | None = None,
@@ -112,13 +118,18 @@ class LLM:
             raise InvalidOption(f"speculative must be a bool, got {speculative!r}", param="speculative")
         if exact is not None and not isinstance(exact, bool):
             raise InvalidOption(f"exact must be a bool or None, got {exact!r}", param="exact")
+        if repack is not None and not isinstance(repack, bool):
+            raise InvalidOption(f"repack must be a bool or None, got {repack!r}", param="repack")
+        if exact and repack:
+            raise InvalidOption("repack=True breaks exact=True: repacked weights take another kernel for "
+                                "batched rows", param="repack")
         if chat_template is not None and not isinstance(chat_template, str):
             raise InvalidOption("chat_template must be a string or None", param="chat_template")
         self._progress = progress
         if exact is None:
             from fucina.engine_selection import exact_by_default
 
-            exact = False if hasattr(model, "forward_step") else exact_by_default()
+            exact = False if hasattr(model, "forward_step") or repack else exact_by_default()
         #: Batch-invariant load and draft cap (resolved: True/False).
         self.exact = exact
         self.speculative = speculative
@@ -130,7 +141,7 @@ class LLM:
             from fucina.catalog import load_model, model_id
 
             self.model = load_model(None if model is None else str(model), n_ctx=n_ctx, n_threads=n_threads,
-                                    use_extra_bufts=not exact)
+                                    use_extra_bufts=False if exact else repack)
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None

@@ -141,13 +141,17 @@ def engine_info() -> dict[str, str]:
     """Installed engine, build flags llama.cpp reports, CPU and threads."""
     import llama_cpp
 
+    from fucina import cpu
     from fucina.engine_selection import active_engine
     from fucina.backends.llama_cpp import default_threads, system_info
 
     info = system_info()
     flags = {kv.split("=")[0].strip(): kv.split("=")[1].strip() for kv in info.replace("CPU :", "").split("|") if "=" in kv}
+    engine = active_engine().describe()
+    if cpu.cpu_has_amx():
+        engine += f"; {cpu.AMX_REASON}: models load without extra buffer types unless --repack"
     return {
-        "engine": active_engine().describe(),
+        "engine": engine,
         "llama-cpp-python": f"{llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})",
         "llamafile sgemm": "on" if flags.get("LLAMAFILE") == "1" else "off",
         "cpu repack": "on" if flags.get("REPACK") == "1" else "off",
@@ -164,17 +168,25 @@ def effective_max_draft(report: InvarianceReport, exact_mode: bool) -> int:
     return cap if cap is not None else DEFAULT_MAX_DRAFT
 
 
-def advice(report: InvarianceReport, *, engine_variant: str, exact_load: bool) -> list[str]:
+#: The doctor's word on a CPU with AMX.
+AMX_ADVICE = ("this CPU has AMX: fucina loads models without extra buffer types by default, because llama.cpp's "
+              "AMX buffer type segfaults in batched matmuls (llama.cpp #20824), and the patched engine is built "
+              "without the AMX kernels; --repack on a stock engine brings them, and the crash, back")
+
+
+def advice(report: InvarianceReport, *, engine_variant: str, exact_load: bool, amx_cpu: bool = False) -> list[str]:
     """What the user should do to reach *exact*, given what was found (``engine_variant``: the
-    :class:`~fucina.engine_selection.ActiveEngine` variant this process runs)."""
+    :class:`~fucina.engine_selection.ActiveEngine` variant this process runs; ``amx_cpu``: the CPU
+    has AMX, :func:`fucina.cpu.cpu_has_amx`)."""
+    amx = [AMX_ADVICE] if amx_cpu else []
     if level_for(report, effective_max_draft(report, exact_load)) == "exact":
         tips = ["speculative output is bit-identical to plain decoding on this configuration"]
         if report.max_exact_rows < DEFAULT_MAX_DRAFT + 1:
             tips.append(f"(--exact caps drafts at {report.max_exact_rows - 1}: larger batches take another kernel path)")
-        return tips
+        return tips + amx
     tips = ["speculative output follows the target distribution; batched rounding can flip near-ties"]
     if engine_variant != "patched":
         tips.append(f"to get exact: build the patched engine once (~10 min; fucina then uses it by default): {EXACT_INSTALL}")
     elif not exact_load:
         tips.append("load models with --exact (use_extra_bufts=False: no batch-size-dependent weight repacking)")
-    return tips
+    return tips + amx

@@ -64,15 +64,26 @@ class ActiveEngine:
     location: Path | None
     #: The patch-set id the build recorded ("" for stock).
     patch_set: str = ""
+    #: The CMake arguments the build recorded (empty for stock and for builds of an older recipe).
+    cmake_args: tuple[str, ...] = ()
 
     @property
     def batch_invariant_build(self) -> bool:
         """True for the patched build: its kernels are chosen by weight type, never by batch size."""
         return self.variant == "patched"
 
+    @property
+    def amx_left_out(self) -> bool:
+        """True when the build recorded that ggml-cpu's AMX kernels were left out (fucina's recipe)."""
+        return "-DGGML_AMX_INT8=OFF" in self.cmake_args
+
     def describe(self) -> str:
-        """``patched (batch-invariant, patch set <id>)``, ``stock`` or the custom build's variant."""
-        return f"patched (batch-invariant, patch set {self.patch_set})" if self.batch_invariant_build else self.variant
+        """``patched (batch-invariant, patch set <id>, AMX kernels left out)``, ``stock`` or the custom
+        build's variant (with the AMX choice when the build recorded one)."""
+        amx = "AMX kernels left out" if self.amx_left_out else "older recipe: AMX not left out; rebuild"
+        if self.batch_invariant_build:
+            return f"patched (batch-invariant, patch set {self.patch_set}, {amx})"
+        return self.variant if self.variant == "stock" else f"{self.variant} ({amx})"
 
 
 def _choice() -> str:
@@ -135,7 +146,8 @@ def active_engine() -> ActiveEngine:
     manifest = read_manifest(location.parent)
     if manifest is None:
         return ActiveEngine("stock", location)
-    return ActiveEngine(str(manifest.get("variant", "custom")), location, str(manifest.get("patch_set", "")))
+    return ActiveEngine(str(manifest.get("variant", "custom")), location, str(manifest.get("patch_set", "")),
+                        tuple(str(a) for a in manifest.get("cmake_args", ())))
 
 
 def exact_by_default() -> bool:

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fucina import cpu
 from fucina.engine_selection import activate, exact_by_default, require_selected
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, ModelLoadError, NotRewindable
 
@@ -63,8 +64,10 @@ class LlamaOptions:
 
     ``use_extra_bufts=False`` and ``flash_attn=False`` are part of the batch-invariant (exact) mode:
     CPU weight repacking takes a different kernel for batches >= 4, so batched verify rows would
-    differ from single-step rows. ``use_extra_bufts=None`` (the default) means off on the patched
-    engine (:mod:`fucina.engine_selection`) and on for a stock one.
+    differ from single-step rows. ``use_extra_bufts=None`` (the default) is resolved by
+    :func:`fucina.cpu.default_extra_bufts`: off on the patched engine (:mod:`fucina.engine_selection`)
+    and on a CPU with AMX (llama.cpp's AMX buffer type crashes), on otherwise. ``True`` or ``False``
+    is an explicit choice and is kept as given.
     """
 
     n_ctx: int = 4096
@@ -79,7 +82,7 @@ class LlamaOptions:
 
     def __post_init__(self) -> None:
         if self.use_extra_bufts is None:
-            object.__setattr__(self, "use_extra_bufts", not exact_by_default())
+            object.__setattr__(self, "use_extra_bufts", cpu.default_extra_bufts(exact_engine=exact_by_default()))
         if self.n_ctx < 16:
             raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
         if self.n_batch is None:

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from fucina import cpu
 from fucina.catalog import model_id
 
 SERVERS = ("api", "fucina", "fucina-plain", "fucina-xreq", "lcp", "lcp-pld", "llama-server", "ngram-mod", "ngram-simple", "ngram-map-k")
@@ -123,6 +124,35 @@ class InProcess:
         self.llm.close()
 
 
+def server_command(kind: str, model: str, model_path: Path, *, ctx: int, threads: int, port: int,
+                   llama_server: str | None) -> list[str]:
+    """The command line that starts a ``kind`` server on 127.0.0.1:``port``."""
+    host = ["--host", "127.0.0.1", "--port", str(port)]
+    if kind.startswith("fucina"):
+        cmd = [sys.executable, "-m", "fucina.cli", "serve", model, "--ctx", str(ctx), "--threads", str(threads),
+               *host] + {"fucina-plain": ["--no-spec"],
+                         "fucina-xreq": ["--cross-request-tokens", str(XREQ_TOKENS)]}.get(kind, [])
+    elif kind.startswith("lcp"):
+        if cpu.cpu_has_amx():  # llama_cpp.server has no switch for extra buffer types
+            raise SystemExit(f"{kind}: llama_cpp.server loads with extra buffer types and {cpu.AMX_REASON}")
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--n_ctx", str(ctx),
+               "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", "m", *host]
+        if kind == "lcp-pld":
+            cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "10"]
+    else:
+        if not llama_server:
+            raise SystemExit(f"{kind} needs --llama-server (scripts/build_llama_server.sh prints its path)")
+        cmd = [llama_server, "-m", str(model_path), "-c", str(ctx), "-t", str(threads), "-tb", str(threads),
+               "--no-webui", "-np", "1", "--spec-type", LLAMA_SPEC[kind], *host]
+        # Flash attention off, as fucina and llama-cpp-python run (llama-server's default is auto).
+        cmd += ["-fa", os.environ.get("FUCINA_BENCH_LLAMA_FA", "off")]
+        if kind != "llama-server":
+            cmd += ["--spec-draft-n-max", "16"]
+        if cpu.cpu_has_amx():  # the weights fucina's own servers load there: no extra buffer types
+            cmd += ["--no-repack"]
+    return cmd
+
+
 class Server:
     """A server process on 127.0.0.1 serving ``model_path``; ``stop()`` ends it."""
 
@@ -131,25 +161,8 @@ class Server:
         self.kind = kind
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        host = ["--host", "127.0.0.1", "--port", str(self.port)]
-        if kind.startswith("fucina"):
-            cmd = [sys.executable, "-m", "fucina.cli", "serve", model, "--ctx", str(ctx), "--threads", str(threads),
-                   *host] + {"fucina-plain": ["--no-spec"],
-                             "fucina-xreq": ["--cross-request-tokens", str(XREQ_TOKENS)]}.get(kind, [])
-        elif kind.startswith("lcp"):
-            cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--n_ctx", str(ctx),
-                   "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", "m", *host]
-            if kind == "lcp-pld":
-                cmd += ["--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "10"]
-        else:
-            if not llama_server:
-                raise SystemExit(f"{kind} needs --llama-server (scripts/build_llama_server.sh prints its path)")
-            cmd = [llama_server, "-m", str(model_path), "-c", str(ctx), "-t", str(threads), "-tb", str(threads),
-                   "--no-webui", "-np", "1", "--spec-type", LLAMA_SPEC[kind], *host]
-            # Flash attention off, as fucina and llama-cpp-python run (llama-server's default is auto).
-            cmd += ["-fa", os.environ.get("FUCINA_BENCH_LLAMA_FA", "off")]
-            if kind != "llama-server":
-                cmd += ["--spec-draft-n-max", "16"]
+        cmd = server_command(kind, model, model_path, ctx=ctx, threads=threads, port=self.port,
+                             llama_server=llama_server)
         self.log = open(log_dir / f"{kind}.log", "a")  # appended: --fresh starts a server once per repeat
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.cmd = cmd

@@ -164,7 +164,7 @@ class _Progress:
 
 
 def run(plan: dict[str, Any]) -> int:
-    from fucina.bench.suite import PEER_METHODS, LlamaPeer, run_suite
+    from fucina.bench.suite import PEER_METHODS, LlamaPeer, PeerUnavailable, run_suite
     from fucina.calibrate import load_or_calibrate
     from fucina.catalog import load_model
 
@@ -177,14 +177,19 @@ def run(plan: dict[str, Any]) -> int:
     try:
         for name in plan["models"]:
             bar.describe(f"{name}: loading")
-            model = load_model(name, n_ctx=args.ctx, n_threads=args.threads, use_extra_bufts=not args.exact)
+            model = load_model(name, n_ctx=args.ctx, n_threads=args.threads, use_extra_bufts=False if args.exact else None)
             peer = None
             try:
                 table = load_or_calibrate(model, args.cost_table, bar.calibration(name))
                 meta["cost_tables"][name] = {"source": table.source, "points": [list(p) for p in table.points]}
                 meta["threads"][name] = model.n_threads
+                model_methods = list(methods)
                 if any(m in PEER_METHODS for m in methods):
-                    peer = LlamaPeer.for_model(model)
+                    try:
+                        peer = LlamaPeer.for_model(model)
+                    except PeerUnavailable as exc:
+                        meta["peer"] = f"skipped on {name}: {exc}"
+                        model_methods = [m for m in methods if m not in PEER_METHODS]
                 bar.describe(name)
                 done_runs, done_divs = list(runs), list(divergences)
 
@@ -198,7 +203,7 @@ def run(plan: dict[str, Any]) -> int:
                 policy = PolicyOptions(max_draft=effective_max_draft(report, args.exact))
                 meta.setdefault("levels", {})[name] = {"level": level_for(report, policy.max_draft),
                                                        "max_draft": policy.max_draft, "exact_load": args.exact}
-                res = run_suite(model, tasks, model_name=name, cost_table=table, methods=methods,
+                res = run_suite(model, tasks, model_name=name, cost_table=table, methods=model_methods,
                                 repeats=args.repeats, peer=peer, progress=bar.run_done, on_task=checkpoint,
                                 policy=policy)
             finally:

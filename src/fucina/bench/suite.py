@@ -16,13 +16,15 @@ sampler per run, so every repeat draws the same stream. The peer's settings are 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -47,8 +49,8 @@ PEER_METHODS: dict[str, int | None] = {"peer": None, "peer_n2": 2}  # name -> nu
 PLAIN_METHODS = frozenset({"plain", "plain_again"})
 SAMPLING_NOTE = (f"temperature 0 = greedy (argmax, no penalties); temperature T > 0 = sampled with T, "
                  f"top-k {TOP_K}, top-p {TOP_P}, seed {SEED} (fresh sampler per run)")
-PEER_NOTE = ("llama_cpp.Llama(draft_model=LlamaPromptLookupDecoding(...)) on the same GGUF, n_ctx, n_batch and "
-             "threads (swa_full=True; draft_model forces logits_all), fed our prompt token ids through "
+PEER_NOTE = ("llama_cpp.Llama(draft_model=LlamaPromptLookupDecoding(...)) on the same GGUF, n_ctx, n_batch, "
+             "threads and extra buffer types (swa_full=True; draft_model forces logits_all), fed our prompt token ids through "
              "Llama.generate; greedy: temp=0, i.e. llama.cpp's greedy (argmax) sampler with neutral penalties; "
              f"sampled: temp=T, top_k={TOP_K}, top_p={TOP_P}, min_p=0, typical_p=1, seed {SEED} (llama.cpp applies "
              "top-k/top-p before temperature, so sampled peer output is not expected to equal ours); "
@@ -250,10 +252,44 @@ def peer_accounting(calls: Sequence[tuple[int, Sequence[int]]], stream: Sequence
     return steps, verifies, drafted, accepted
 
 
+class PeerUnavailable(FucinaError):
+    """The peer cannot be loaded with the model parameters ours has (the runner skips it, saying why)."""
+
+
+@contextlib.contextmanager
+def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
+    """While it is open, llama-cpp-python's ``Llama`` builds its model params with ``use_extra_bufts``.
+
+    ``Llama(...)`` takes no such argument: it starts from ``llama_model_default_params()`` (looked up
+    on ``llama_cpp.llama_cpp`` when called), sets the fields it exposes and hands the struct to
+    llama.cpp. So for the constructor only, that function returns the defaults with the choice made,
+    and :class:`LlamaPeer` checks ``Llama.model_params`` afterwards.
+    """
+    import llama_cpp.llama_cpp as ll
+
+    defaults = ll.llama_model_default_params
+
+    def with_choice():
+        params = defaults()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    with _PARAMS_LOCK:
+        ll.llama_model_default_params = with_choice
+        try:
+            yield
+        finally:
+            ll.llama_model_default_params = defaults
+
+
+_PARAMS_LOCK = threading.Lock()
+
+
 class LlamaPeer:
     """The peer: llama-cpp-python's high-level ``Llama`` with ``LlamaPromptLookupDecoding``.
 
-    Loaded once per model (same GGUF, n_ctx, n_batch and threads as ours, ``swa_full=True`` like
+    Loaded once per model (same GGUF, n_ctx, n_batch, threads and ``use_extra_bufts`` as ours — so no
+    AMX buffer where ours has none (:mod:`fucina.cpu`) — ``swa_full=True`` like
     ours so Gemma 3's sliding-window cache can rewind; ``logits_all=True``, which its verify path needs:
     without it the scores buffer holds only n_batch rows and prompts longer than n_batch crash), and
     reset before every run. Drafting: ``LlamaPromptLookupDecoding()`` with its defaults
@@ -268,22 +304,29 @@ class LlamaPeer:
     Prefill = time to the first token (prompt eval + first sample); generation = the rest.
     """
 
-    def __init__(self, model_path: str | Path, n_ctx: int, n_threads: int, n_batch: int = 512) -> None:
+    def __init__(self, model_path: str | Path, n_ctx: int, n_threads: int, n_batch: int = 512, *,
+                 use_extra_bufts: bool = True) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         self._lookup = LlamaPromptLookupDecoding
-        self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
-                         n_threads_batch=n_threads, swa_full=True, draft_model=LlamaPromptLookupDecoding(),
-                         logits_all=True, verbose=False)
+        with _model_params(use_extra_bufts=use_extra_bufts):
+            self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+                             n_threads_batch=n_threads, swa_full=True, draft_model=LlamaPromptLookupDecoding(),
+                             logits_all=True, verbose=False)
+        # Llama keeps the params it passed to llama.cpp: the choice must be in them.
+        if bool(self.llm.model_params.use_extra_bufts) != use_extra_bufts:  # pragma: no cover - another release
+            self.close()
+            raise PeerUnavailable(f"llama-cpp-python's Llama ignored use_extra_bufts={use_extra_bufts}")
 
     @classmethod
     def for_model(cls, model) -> "LlamaPeer":
-        """A peer over the same GGUF and context settings as a loaded :class:`LlamaModel`."""
+        """A peer over the same GGUF, context settings and weight buffers as a loaded :class:`LlamaModel`."""
         opts = getattr(model, "options", None)
         # Headroom: llama-cpp-python's generate() does not bound prompt-lookup drafts by the context
         # and crashes when prompt + output + draft pass n_ctx; our decoder caps drafts itself.
-        return cls(model.path, model.context_length + 64, model.n_threads, getattr(opts, "n_batch", 512))
+        return cls(model.path, model.context_length + 64, model.n_threads, getattr(opts, "n_batch", 512),
+                   use_extra_bufts=bool(getattr(opts, "use_extra_bufts", True)))
 
     def run(self, prompt: Sequence[int], max_tokens: int, stops: frozenset[int], options: SamplerOptions,
             num_pred_tokens: int | None, clock: Clock = time.perf_counter) -> PeerRun:

@@ -36,10 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "exact", False) is None:
-            # --exact/--no-exact not given: batch-invariant mode exactly when the patched engine runs.
+            # --exact/--no-exact not given: batch-invariant mode exactly when the patched engine runs
+            # (and --repack, which breaks it, was not asked for).
             from fucina.engine_selection import exact_by_default
 
-            args.exact = exact_by_default()
+            args.exact = not getattr(args, "repack", None) and exact_by_default()
+        if getattr(args, "exact", False) and getattr(args, "repack", None):
+            raise CliError(f"{args.command}: --repack breaks --exact (repacked weights take another kernel "
+                           "for batched rows)")
         return args.handler(args)
     except CliError as exc:
         print(str(exc), file=sys.stderr)

@@ -42,7 +42,7 @@ def positive_int(text: str) -> int:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """MODEL, --threads, --ctx, --exact/--no-exact."""
+    """MODEL, --threads, --ctx, --exact/--no-exact, --repack/--no-repack."""
     p.add_argument("model", nargs="?", default=None,
                    help="gemma3-270m (default), smollm2-135m, or a path to any GGUF file")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: all cores)")
@@ -50,6 +50,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                    help="batch-invariant load (no weight repacking; drafts capped where the engine stays "
                         "bitwise). Default: on when the patched engine is in use; see `fucina doctor`")
+    p.add_argument("--repack", action=argparse.BooleanOptionalAction, default=None,
+                   help="load weights into llama.cpp's extra CPU buffer types (weight repacking; AMX where "
+                        "the engine has it). Default: off with --exact and on CPUs with AMX (llama.cpp #20824)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, defaults: dict[str, float] = GENERATE_SAMPLING) -> None:
@@ -102,7 +105,8 @@ def llm_from_args(args: argparse.Namespace, *, speculative: bool = False, **extr
     """The :class:`fucina.LLM` for MODEL/--ctx/--threads/--exact (and the speculation flags, if any)."""
     from fucina.api import LLM
 
-    options: dict[str, Any] = dict(n_ctx=args.ctx, n_threads=args.threads, exact=args.exact)
+    options: dict[str, Any] = dict(n_ctx=args.ctx, n_threads=args.threads, exact=args.exact,
+                                   repack=getattr(args, "repack", None))
     if speculative:
         from fucina.speculative.core import SpecOptions
 
@@ -117,4 +121,4 @@ def load_model_from_args(args: argparse.Namespace):
     from fucina.catalog import load_model
 
     return load_model(args.model, n_ctx=args.ctx, n_threads=args.threads,
-                      use_extra_bufts=None if args.exact is None else not args.exact)
+                      use_extra_bufts=False if args.exact else getattr(args, "repack", None))

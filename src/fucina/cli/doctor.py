@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fucina import cpu
     from fucina.doctor import advice, check_batch_invariance, effective_max_draft, engine_info, level_for, save_report
     from fucina.engine_selection import active_engine
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model_from_args(args)
     report = check_batch_invariance(model)
     save_report(model, report)
-    tips = advice(report, engine_variant=active_engine().variant, exact_load=args.exact)
+    tips = advice(report, engine_variant=active_engine().variant, exact_load=args.exact, amx_cpu=cpu.cpu_has_amx())
     max_draft = effective_max_draft(report, args.exact)
     if args.json:
         print(json.dumps({"engine": info, "model": str(model.path), "exact_load": args.exact,

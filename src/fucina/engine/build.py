@@ -9,6 +9,10 @@ Two variants, each in its own directory beside the user's standard install (pip'
 * ``no-llamafile``: the unmodified sdist with ``-DGGML_LLAMAFILE=OFF``, the older exact recipe; kept
   so BENCHMARKS.md can price it side by side.
 
+Both leave ggml-cpu's AMX kernels out (:func:`cmake_args`): they are another kernel for batched rows
+(not batch-invariant), and their buffer type segfaults in batched matmuls (llama.cpp #20824). The
+manifest records the CMake arguments, and a build made with other ones counts as stale.
+
 A build is atomic: it goes to ``<dir>.tmp`` and is renamed into place only when pip succeeded and the
 manifest is written, so a failed or interrupted build leaves the previous state.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +38,27 @@ from fucina.errors import FucinaError
 
 VARIANTS = ("patched", "no-llamafile")
 SDIST = f"llama-cpp-python=={ENGINE_VERSION}"
+#: The compiler's own switches for AMX. ``GGML_NATIVE`` (on by default) compiles ggml-cpu with
+#: ``-march=native``, which on an AMX CPU defines ``__AMX_INT8__`` whatever ``GGML_AMX_INT8`` says, and
+#: ggml-cpu registers the AMX buffer type on that macro alone. An explicit ``-mno-*`` wins over
+#: ``-march`` in GCC and Clang whatever their order, so these in ``CMAKE_C(XX)_FLAGS`` keep it out.
+NO_AMX_FLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def cmake_args(variant: str, machine: str | None = None) -> tuple[str, ...]:
+    """The CMake arguments a ``variant`` build passes (``CMAKE_ARGS``), on ``machine`` (default: this one).
+
+    >>> cmake_args("patched", "x86_64")[:3]
+    ('-DGGML_AMX_TILE=OFF', '-DGGML_AMX_INT8=OFF', '-DGGML_AMX_BF16=OFF')
+    """
+    args = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    if (machine or platform.machine()).lower() in _X86:  # other compilers' targets have no such flags
+        flags = " ".join(NO_AMX_FLAGS)
+        args += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    if variant == "no-llamafile":
+        args.append("-DGGML_LLAMAFILE=OFF")
+    return tuple(args)
 
 
 class EngineBuildError(FucinaError):
@@ -40,9 +66,12 @@ class EngineBuildError(FucinaError):
 
 
 def engine_ready(variant: str = "patched") -> bool:
-    """True when ``variant`` is built for this version (and, patched, with today's patch set)."""
+    """True when ``variant`` is built for this version with today's recipe (CMake arguments and, patched,
+    patch set); a build from an older recipe is stale."""
     m = read_manifest(engine_dir(variant))
     if m is None or m.get("version") != ENGINE_VERSION or m.get("variant") != variant:
+        return False
+    if m.get("cmake_args") != list(cmake_args(variant)):
         return False
     return variant != "patched" or m.get("patch_set") == patch_set_id()
 
@@ -93,7 +122,8 @@ def build(variant: str = "patched", *, force: bool = False, progress: Callable[[
     with tempfile.TemporaryDirectory(prefix="fucina-engine-") as work_s:
         work = Path(work_s)
         env = dict(os.environ)
-        env.pop("CMAKE_ARGS", None)
+        args = cmake_args(variant)
+        env["CMAKE_ARGS"] = shlex.join(args)  # scikit-build-core splits it with shlex
         patch_set = ""
         if variant == "patched":
             tree = _source_tree(work, log)
@@ -102,15 +132,16 @@ def build(variant: str = "patched", *, force: bool = False, progress: Callable[[
                 progress(f"fucina.engine: patched {line}")
             source = str(tree)
         else:
-            env["CMAKE_ARGS"] = "-DGGML_LLAMAFILE=OFF"
             source = SDIST
-        progress(f"fucina.engine: compiling the {variant} engine (about 10 minutes on 2 cores, once)")
+        progress(f"fucina.engine: compiling the {variant} engine (about 10 minutes on 2 cores, once) "
+                 f"with CMAKE_ARGS={env['CMAKE_ARGS']}")
         _run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--target", str(tmp), source],
              env=env, step=f"compile the {variant} engine", log=log)
     manifest = {
         "variant": variant,
         "version": ENGINE_VERSION,
         "patch_set": patch_set,
+        "cmake_args": list(args),
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": platform.machine(),
         "build_seconds": round(time.monotonic() - started),
