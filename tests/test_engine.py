@@ -51,11 +51,31 @@ def test_q4_1_weights_take_the_column_group_kernel_for_every_batch_size(tmp_path
     # Per column, the same fused operations whatever the group size: one body, inlined per size.
     assert kernel.count("fmaf(m0,") == 1 and kernel.count("_mm256_fmadd_ps(d0d1") == 1
     assert "if (ncols" not in kernel and "switch (ncols)" in kernel
-    # mul_mat takes it for Q4_1 on a condition that names the type only, never the number of rows.
-    assert "if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {" in matmul
-    assert "ggml_vec_dot_q4_1_q8_1_cols(ne00," in matmul
-    assert "float tmp[32];" not in matmul and "float tmp[128];" in matmul
+    # mul_mat picks a column-group kernel by the weight type only, never by the number of rows.
+    assert "case GGML_TYPE_Q4_1: cols = ggml_vec_dot_q4_1_q8_1_cols; gmax = 8; break;" in matmul
+    assert "if (cols != NULL && num_rows_per_vec_dot == 1) {" in matmul
+    assert "float tmp[32];" not in matmul and "float tmp[16 * FUCINA_COLS_MAX];" in matmul
     assert all(p.unifies for p in Q4_1_COLUMNS) and all(p.before not in p.after for p in Q4_1_COLUMNS)
+
+
+def test_k_quant_weights_take_their_column_group_kernels_for_every_batch_size(tmp_path):
+    from fucina.engine.patches import KQUANT_COLUMNS
+
+    tree = _tree(tmp_path)
+    apply_patches(tree)
+    header = (tree / "ggml/src/ggml-cpu/quants.h").read_text()
+    kernel = (tree / "ggml/src/ggml-cpu/arch/x86/quants.c").read_text()
+    matmul = (tree / "ggml/src/ggml-cpu/ggml-cpu.c").read_text()
+    for t in ("q4_K", "q5_K", "q6_K"):
+        assert f"void ggml_vec_dot_{t}_q8_K_cols(" in header
+        assert f"FUCINA_COLS_ENTRY({t}, block_{t})" in kernel
+        assert f"case GGML_TYPE_{t[:2].upper()}_K: cols = ggml_vec_dot_{t}_q8_K_cols; gmax = FUCINA_COLS_MAX;" in matmul
+        # Both forms of the group are in the tree; the CPU picks one (kquant_entry.c).
+        assert kernel.count(f"FUCINA_INLINE void FUCINA_GROUP({t})(") == 2
+    assert "#define FUCINA_COLS_MAX 8\n" in header
+    assert "#define FUCINA_WIDE 0" in kernel and "#define FUCINA_WIDE 1" in kernel
+    assert "if (ncols" not in kernel and "switch (ncols)" in kernel
+    assert all(p.unifies for p in KQUANT_COLUMNS) and all(p.before not in p.after for p in KQUANT_COLUMNS)
 
 
 def test_a_missing_or_repeated_text_fails_and_writes_nothing(tmp_path):

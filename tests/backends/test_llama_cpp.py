@@ -101,3 +101,34 @@ def test_resolution_errors(tmp_path):
         LlamaVocab(bad)
     with pytest.raises(InvalidOption):
         LlamaOptions(n_batch=0)
+
+
+PREFILL_TEXT = ("def merge(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
+                "        if a[i] <= b[j]:\n            out.append(a[i]); i += 1\n        else:\n"
+                "            out.append(b[j]); j += 1\n    return out + a[i:] + b[j:]\n") * 3
+
+
+@pytest.mark.parametrize("name", ["gemma", "smollm"])
+def test_a_prompt_prefilled_whole_in_parts_or_token_by_token_gives_the_same_rows(name, request, fresh):
+    """Prefix-cache reuse splits prefills anywhere: on the exact engine every split gives the same bits
+    (Gemma's Q4_K/Q6_K and SmolLM2's Q4_1 take the column-group kernels for every batch size)."""
+    from fucina.engine_selection import exact_by_default
+
+    if not exact_by_default():
+        pytest.skip("the stock engine's batched kernels round differently (distribution level)")
+    model = fresh(request.getfixturevalue(name))
+    prompt = model.tokenize(PREFILL_TEXT)
+    assert 100 < len(prompt) <= 512
+
+    def rows(parts) -> np.ndarray:
+        model.reset()
+        return np.concatenate([np.array(model.forward_step_all_logits(p), copy=True) for p in parts])
+
+    whole = rows([prompt])
+    cut = len(prompt) // 3
+    for parts in ([prompt[:cut], prompt[cut:]], [prompt[:7], prompt[7:cut], prompt[cut:]],
+                  [[t] for t in prompt[:40]] + [prompt[40:]]):
+        assert rows(parts).tobytes() == whole.tobytes()
+    model.reset()
+    one_by_one = np.stack([np.array(model.forward_step([t]), copy=True) for t in prompt])
+    assert one_by_one.tobytes() == whole.tobytes()

@@ -18,6 +18,14 @@ up to eight columns per call and unpacks the row's nibbles and scales once for a
 column's result is computed exactly as before, so the kernel stays batch-invariant, and a verify of
 8 rows costs 2.8 plain steps instead of 3.5 (BENCHMARKS.md).
 
+The K-quant patches (:data:`KQUANT_COLUMNS`, C in ``kernels/kquant_*.c``) do the same for Q4_K, Q5_K
+and Q6_K, the tensors of the Q4_K_M and Q5_K_M files most people run: a weight row meets up to 8
+activation columns per call and is unpacked once for all of them, and each
+column's result is bit for bit the one-column AVX2 ``vec_dot``'s — the integer lanes are the same
+numbers however they are summed, and the float steps are that kernel's, column by column
+(``tests/test_kernels.py`` checks every group size). So the patched engine computes on these files
+exactly what it computed before, only faster when rows share a forward.
+
 Each :class:`SourcePatch` names the text it replaces, which must occur exactly once in the pinned
 sources: a changed upstream fails the build loudly instead of building something unpatched.
 """
@@ -29,6 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fucina.errors import FucinaError
+
+_KERNELS = Path(__file__).with_name("kernels")
+
+
+def _kernel(name: str) -> str:
+    """The C text of ``kernels/<name>``, inserted into the llama.cpp tree by a patch below."""
+    return (_KERNELS / name).read_text()
 
 
 class EnginePatchError(FucinaError):
@@ -126,51 +141,8 @@ _TMP_BEFORE = ("    // attempt to reduce false-sharing (does not seem to make a 
                "    // 16 * 2, accounting for mmla kernels\n"
                "    float tmp[32];\n")
 
-_COLS_LOOP = """    // attempt to reduce false-sharing (does not seem to make a difference)
-    // 16 * 2 for the mmla kernels, 16 * 8 for fucina's Q4_1 column groups
-    float tmp[128];
-
-#if defined(__AVX2__) && defined(__FMA__)
-    // fucina: Q4_1 weights take the column-group kernel (ggml_vec_dot_q4_1_q8_1_cols) for every
-    // batch size: each weight row of a 16-row block meets up to 8 activation columns per call.
-    if (type == GGML_TYPE_Q4_1 && num_rows_per_vec_dot == 1) {
-        for (int64_t iir1 = ir1_start; iir1 < ir1_end; iir1 += blck_1) {
-            for (int64_t iir0 = ir0_start; iir0 < ir0_end; iir0 += blck_0) {
-                const int64_t ir1_stop = MIN(iir1 + blck_1, ir1_end);
-                for (int64_t ir1 = iir1; ir1 < ir1_stop; ) {
-                    const int64_t i13 = (ir1 / (ne12 * ne1));
-                    const int64_t i12 = (ir1 - i13 * ne12 * ne1) / ne1;
-                    const int64_t i11 = (ir1 - i13 * ne12 * ne1 - i12 * ne1);
-                    const int64_t i03 = i13 / r3;
-                    const int64_t i02 = i12 / r2;
-                    // A group stays inside one matrix of the batch, where columns are src1_col_stride apart.
-                    const int64_t g = MIN(MIN((int64_t) 8, ir1_stop - ir1), ne11 - i11);
-                    const char * src0_row = (const char*)src0->data + (0 + i02 * nb02 + i03 * nb03);
-                    const char * src1_col = (const char*)wdata +
-                        (src1_cont || src1->type != vec_dot_type
-                            ? (i11 + i12 * ne11 + i13 * ne12 * ne11) * row_size
-                            : (i11 * nb11 + i12 * nb12 + i13 * nb13));
-                    char * dst_col = (char*)dst->data + (i11 * nb1 + i12 * nb2 + i13 * nb3);
-                    for (int64_t ir0 = iir0; ir0 < iir0 + blck_0 && ir0 < ir0_end; ++ir0) {
-                        if (g == 1) {  // the one-column vec_dot: the same arithmetic, without the group's loop
-                            vec_dot(ne00, &tmp[ir0 - iir0], 0, src0_row + ir0 * nb01, 0, src1_col, 0, 1);
-                        } else {
-                            ggml_vec_dot_q4_1_q8_1_cols(ne00, &tmp[ir0 - iir0], 16, src0_row + ir0 * nb01,
-                                                        src1_col, src1_col_stride, (int) g);
-                        }
-                    }
-                    for (int64_t c = 0; c < g; ++c) {
-                        memcpy((float*)(dst_col + c * nb1) + iir0, tmp + c * 16,
-                               (MIN(iir0 + blck_0, ir0_end) - iir0) * sizeof(float));
-                    }
-                    ir1 += g;
-                }
-            }
-        }
-        return;
-    }
-#endif
-"""
+#: mul_mat's loop for the weight types that have a column-group kernel (Q4_1 and the K-quants).
+_COLS_LOOP = _kernel("mul_mat_cols.c")
 
 _Q4_1_END = "    ggml_vec_dot_q4_1_q8_1_generic(n, s, bs, vx, bx, vy, by, nrc);\n#endif\n}\n"
 
@@ -287,12 +259,50 @@ Q4_1_COLUMNS: tuple[SourcePatch, ...] = (
         path=_CPU,
         before=_TMP_BEFORE,
         after=_COLS_LOOP,
-        unifies=("Q4_1 matmul: column groups of up to 8 for every batch size (a group of one takes the "
-                 "one-column vec_dot, the same arithmetic)"),
+        unifies=("Q4_1 and K-quant matmul: column groups (up to 8 for Q4_1, FUCINA_COLS_MAX for the K-quants) "
+                 "for every batch size, a single-token step included"),
     ),
 )
 
-PATCHES = PATCHES + Q4_1_COLUMNS
+# The end of the x86 quants file (its last kernel, iq4_xs): the K-quant column-group kernels follow it.
+_X86_QUANTS_END = "    ggml_vec_dot_iq4_xs_q8_K_generic(n, s, bs, vx, bx, vy, by, nrc);\n#endif\n}\n"
+_Q6_K_DECL = ("void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+              "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);\n")
+_CAST_COLS = ("(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+              "const void * GGML_RESTRICT vy, size_t by, int ncols)")
+#: The kernels' C: shared helpers, the groups in their ymm and zmm forms, the entry points.
+_KQUANT_KERNELS = (_kernel("kquant_common.c")
+                   + "\n#define FUCINA_WIDE 0\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
+                   + "\n#define FUCINA_WIDE 1\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
+                   + _kernel("kquant_entry.c"))
+_KQUANT_DECLS = (
+    "// fucina: column-group kernels: one weight row times 1..FUCINA_COLS_MAX activation columns, each\n"
+    "// column's result bit for bit the one-column kernel's (fucina/engine/kernels/kquant_*.c). Groups of\n"
+    "// 8 measured fastest (16 spill; the batch only decides how many groups a forward takes).\n"
+    "#define FUCINA_COLS_MAX 8\n"
+    f"typedef void (*fucina_vec_dot_cols_t){_CAST_COLS};\n"
+    + "".join(f"void ggml_vec_dot_{t}_q8_K_cols{_CAST_COLS};\n" for t in ("q4_K", "q5_K", "q6_K"))
+)
+
+#: The K-quant column-group kernels (Q4_K, Q5_K, Q6_K): declared, defined after the Q4_1 one, taken by
+#: mul_mat's column-group loop above.
+KQUANT_COLUMNS: tuple[SourcePatch, ...] = (
+    SourcePatch(
+        path=_QUANTS_H,
+        before=_Q6_K_DECL,
+        after=_Q6_K_DECL[:-1] + "  // fucina: the K-quants' column-group forms follow\n" + _KQUANT_DECLS,
+        unifies="(no kernel change: declares the K-quant column-group kernels and their group size)",
+    ),
+    SourcePatch(
+        path=_X86_QUANTS,
+        before=_X86_QUANTS_END,
+        after=_X86_QUANTS_END[:-2] + "}  // ggml_vec_dot_iq4_xs_q8_K\n" + _KQUANT_KERNELS,
+        unifies=("Q4_K/Q5_K/Q6_K dot products: column-group kernels (1-8 activation columns per weight row, "
+                 "the row unpacked once) whose every column is bitwise the one-column vec_dot's"),
+    ),
+)
+
+PATCHES = PATCHES + Q4_1_COLUMNS + KQUANT_COLUMNS
 
 
 def patch_set_id(patches: tuple[SourcePatch, ...] = PATCHES) -> str:

@@ -1,0 +1,103 @@
+
+// ============================================================================================
+// fucina: column-group kernels for the K-quants (Q4_K, Q5_K, Q6_K weights x Q8_K activations).
+//
+// ggml_vec_dot_<type>_q8_K_cols(n, s, bs, vx, vy, by, ncols) multiplies ONE weight row (vx) by
+// ncols activation columns (column c at vy + c*by, 1 <= ncols <= FUCINA_COLS_MAX = 8) and writes column
+// c's dot product to s[c*bs]. A batched verify multiplies every weight row by k+1 columns; the
+// one-column ggml_vec_dot_<type>_q8_K above unpacks the row's quants and scales again for each of
+// them, here that happens once per block for the whole group.
+//
+// Invariant: s[c*bs] is bit for bit what the one-column AVX2 kernel above returns for column c,
+// whatever ncols is and whichever instruction set this file was compiled for. Why:
+//   1. Integers are exact. Per 256-value block both kernels form the same 8 int32 lanes: lane m
+//      holds the sum, over the block's 32-byte chunks, of scale(chunk) * (the 4 products of bytes
+//      4m..4m+3 of that chunk). maddubs+madd+add (AVX2), maddubs+dpwssd (VNNI) and any order of
+//      those additions give the same numbers, and nothing overflows: a maddubs pair is at most
+//      2*63*128 < 2^15, a lane at most 16*63*2*2*63*128 < 2^31.
+//   2. Floats follow the one-column kernel operation for operation, per column: d = y.d * x.d,
+//      dmin = -y.d * x.dmin, one fmadd of cvt(lanes) into an 8-lane accumulator per block (and for
+//      Q4_K one 4-lane fmadd of the mins), the same reductions at the end. The group never mixes
+//      two columns in one float operation, so column c's bits cannot depend on its neighbours.
+// tests/test_kernels.py checks it for every group size on random blocks against the kernel above.
+//
+// Worked example (Q4_K, n = 512: two blocks; ncols = 3): for block i the row's 128 quant bytes
+// become 8 vectors of 32 nibbles and its 12 scale bytes 8 scale vectors, once; then columns 0, 1
+// and 2 each take their 256 q8 bytes through 8 maddubs and 8 dpwssd into their own sumi, and their
+// own accumulators acc[0..2] take one fmadd each. A verify of 3 rows pays 1 unpack instead of 3.
+// ============================================================================================
+
+#ifndef FUCINA_COLS_MAX
+#error "FUCINA_COLS_MAX comes from quants.h (fucina's declarations)"
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// sumi + madd(a, b) in one instruction (the same int32 lanes).
+#define FUCINA_DPWSSD(sumi, a, b) _mm256_dpwssd_epi32((sumi), (a), (b))
+#elif defined(__AVXVNNI__)
+#define FUCINA_DPWSSD(sumi, a, b) _mm256_dpwssd_avx_epi32((sumi), (a), (b))
+#else
+#define FUCINA_DPWSSD(sumi, a, b) _mm256_add_epi32((sumi), _mm256_madd_epi16((a), (b)))
+#endif
+
+// The one-column kernels' Q4_K/Q5_K 6-bit scale and min unpacking: 8 scales then 8 mins, as uint8.
+static inline __m256i fucina_k4_mins_and_scales(const uint8_t * GGML_RESTRICT packed) {
+    static const uint32_t kmask1 = 0x3f3f3f3f;
+    static const uint32_t kmask2 = 0x0f0f0f0f;
+    static const uint32_t kmask3 = 0x03030303;
+    uint32_t utmp[4];
+    memcpy(utmp, packed, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    return _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3], utmp[2], utmp[1], utmp[0]));
+}
+
+// The 4-lane mins product of a Q4_K/Q5_K block with a column's bsums (the one-column kernels' prod).
+static inline __m128i fucina_k4_mins_prod(const __m128i mins, const block_q8_K * GGML_RESTRICT y) {
+    const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y->bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+    return _mm_madd_epi16(mins, q8s);
+}
+
+#if defined(__GNUC__)
+#define FUCINA_INLINE static inline __attribute__((always_inline))
+#else
+#define FUCINA_INLINE static inline
+#endif
+
+// Two 32-byte chunks as a pair of ymm (the 256-bit groups).
+typedef struct { __m256i lo, hi; } fucina_pair;
+static inline fucina_pair fucina_ymm_pair(const __m256i lo, const __m256i hi) {
+    fucina_pair p = { lo, hi };
+    return p;
+}
+static inline fucina_pair fucina_ymm_load2(const int8_t * GGML_RESTRICT q8) {
+    fucina_pair p = { _mm256_loadu_si256((const __m256i *) q8), _mm256_loadu_si256((const __m256i *) (q8 + 32)) };
+    return p;
+}
+static inline __m256i fucina_ymm_dot2(__m256i sumi, const fucina_pair w, const fucina_pair scale, const fucina_pair q8) {
+    sumi = FUCINA_DPWSSD(sumi, scale.lo, _mm256_maddubs_epi16(w.lo, q8.lo));
+    return FUCINA_DPWSSD(sumi, scale.hi, _mm256_maddubs_epi16(w.hi, q8.hi));
+}
+
+// With AVX-512BW and VNNI a second form of the groups runs the integer part on 64-byte vectors: the
+// low half of a zmm holds one 32-byte chunk, the high half the next, and the block's 8 lanes are the
+// two halves added at the end (item 1: the same integers). Where 512-bit units are full width
+// (Intel) that halves the instructions of the dot products; on AMD's Zen 4, which runs a zmm
+// operation as two 256-bit halves, the ymm form measured 10% faster. kquant_entry.c picks one per CPU.
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define FUCINA_HAS_ZMM 1
+static inline __m512i fucina_zmm_pair(const __m256i lo, const __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+static inline __m256i fucina_zmm_fold(const __m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+#endif
+
+#endif // __AVX2__ && __FMA__

@@ -1,0 +1,163 @@
+"""The patched engine's column-group kernels, called directly: every column is bitwise the one-column kernel's.
+
+For each weight type with a column-group kernel, random weight rows (quantized by ggml's own reference
+quantizer) meet random activation columns (quantized by the CPU backend, as mul_mat does), and for
+every group size 1..8 the kernel's column c must be the very float ``vec_dot`` gives for column c
+alone, in both forms of the K-quant kernels (ymm and zmm). The comparison is bitwise, so it sees a
+changed summation order: the last test shows that the one-column kernel itself gives other bits when
+only the order of the blocks it sums changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@dataclass(frozen=True)
+class Kernel:
+    weight: str  # ggml type name of the weights
+    act: str  # the activations' type (vec_dot_type)
+    block: int  # values per block
+    weight_bytes: int  # bytes per weight block
+    act_bytes: int  # bytes per activation block
+    max_cols: int  # the build's group limit for the type
+
+    @property
+    def one(self) -> str:
+        return f"ggml_vec_dot_{self.weight}_{self.act}"
+
+
+KERNELS = (
+    Kernel("q4_1", "q8_1", 32, 20, 36, 8),
+    Kernel("q4_K", "q8_K", 256, 144, 292, 8),
+    Kernel("q5_K", "q8_K", 256, 176, 292, 8),
+    Kernel("q6_K", "q8_K", 256, 210, 292, 8),
+)
+N = 1024  # values per row: 4 K-quant blocks, 32 Q4_1 blocks
+ROWS = 24
+COLS = 16
+
+
+@pytest.fixture(scope="module")
+def libs():
+    """The patched engine's ggml libraries (the test needs its kernels; in CI they must be there)."""
+    return load_libs()
+
+
+def load_libs():
+    from fucina.engine_selection import active_engine
+
+    eng = active_engine()
+    lib = eng.location / "lib" if eng.location else None
+    if not eng.batch_invariant_build or lib is None or not (lib / "libggml-cpu.so").exists():
+        if os.environ.get("FUCINA_REQUIRE_EXACT") == "1":
+            pytest.fail(f"the patched engine is not the one in use ({eng.describe()})")
+        pytest.skip("needs the patched engine (python -m fucina.engine build)")
+    base = ctypes.CDLL(str(lib / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(str(lib / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+    cpu.ggml_cpu_init()
+    return base, cpu
+
+
+def _quantize(fn, values: np.ndarray, block_bytes: int, block: int) -> np.ndarray:
+    out = np.zeros(values.size // block * block_bytes, dtype=np.uint8)
+    fn(values.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(values.size))
+    return out
+
+
+def _data(libs, k: Kernel, seed: int):
+    """(weight rows, activation columns) as quantized byte arrays, one row/column per array row."""
+    base, cpu = libs
+    rng = np.random.default_rng(seed)
+    wq = getattr(base, f"quantize_row_{k.weight}_ref")
+    aq = getattr(cpu, f"quantize_row_{k.act}")
+    wq.restype = aq.restype = None
+    # Heavy-tailed values, as real weights and activations are (outliers stress the scales).
+    w = (rng.standard_normal((ROWS, N)) * rng.choice([0.5, 1, 4], size=(ROWS, N), p=[0.3, 0.65, 0.05]))
+    a = rng.standard_normal((COLS, N)) * 3
+    rows = np.stack([_quantize(wq, r.astype(np.float32), k.weight_bytes, k.block) for r in w])
+    cols = np.stack([_quantize(aq, c.astype(np.float32), k.act_bytes, k.block) for c in a])
+    return rows, cols
+
+
+STRIDE = 3  # results at s[c*bs]: a stride other than 1 checks that the kernel honours bs
+
+
+def _group(cols_fn, row: np.ndarray, group: np.ndarray, g: int) -> np.ndarray:
+    """The column-group kernel's g results for one weight row and g contiguous activation columns."""
+    group = np.ascontiguousarray(group)
+    out = np.full(g * STRIDE, np.nan, dtype=np.float32)
+    cols_fn(ctypes.c_int(N), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(STRIDE),
+            row.ctypes.data_as(ctypes.c_void_p), group.ctypes.data_as(ctypes.c_void_p),
+            ctypes.c_size_t(group.shape[1]), ctypes.c_int(g))
+    return out[::STRIDE]
+
+
+def _one(cpu, k: Kernel, row: np.ndarray, col: np.ndarray) -> np.float32:
+    out = np.zeros(1, dtype=np.float32)
+    getattr(cpu, k.one)(ctypes.c_int(N), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0),
+                        row.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0),
+                        col.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0), ctypes.c_int(1))
+    return out[0]
+
+
+@pytest.mark.parametrize("k", KERNELS, ids=lambda k: k.weight)
+def test_every_column_of_every_group_is_the_one_column_result(libs, k):
+    check_every_group(libs, k)
+
+
+@pytest.mark.parametrize("form", ["0", "1"])
+def test_both_forms_of_the_k_quant_groups_give_the_one_column_result(libs, form):
+    """The ymm and zmm forms (picked once per CPU; GGML_FUCINA_KQUANT_ZMM forces one), each in a fresh
+    process since the choice is made at the first call. Without AVX-512 both runs take the ymm form."""
+    code = "import tests.test_kernels as t; libs = t.load_libs(); [t.check_every_group(libs, k) for k in t.KERNELS[1:]]; print('ok')"
+    env = {**os.environ, "GGML_FUCINA_KQUANT_ZMM": form}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def check_every_group(libs, k: Kernel) -> None:
+    """For every group size and both ends of the column block, the group's columns are bitwise the
+    one-column kernel's."""
+    _, cpu = libs
+    rows, cols = _data(libs, k, seed=sum(map(ord, k.weight)))
+    cols_fn = getattr(cpu, f"{k.one}_cols")
+    single = np.array([[_one(cpu, k, r, c) for c in cols] for r in rows], dtype=np.float32)
+    assert np.isfinite(single).all() and np.abs(single).max() > 0
+    for g in range(1, k.max_cols + 1):
+        for start in (0, COLS - g):  # groups at both ends of the column block
+            group = np.ascontiguousarray(cols[start:start + g])
+            for i, r in enumerate(rows):
+                got = _group(cols_fn, r, group, g)
+                want = single[i, start:start + g]
+                assert got.tobytes() == want.tobytes(), (k.weight, g, start, i, got - want)
+
+
+@pytest.mark.parametrize("k", KERNELS, ids=lambda k: k.weight)
+def test_the_comparison_sees_a_changed_summation_order(libs, k):
+    """The same dot product summed over the blocks in reverse order: other bits on some rows. A kernel
+    that reordered its float sums would fail the test above the same way."""
+    _, cpu = libs
+    rows, cols = _data(libs, k, seed=7)
+    nb = N // k.block
+
+    def reversed_blocks(x: np.ndarray, size: int) -> np.ndarray:
+        return np.ascontiguousarray(x.reshape(nb, size)[::-1].reshape(-1))
+
+    differ = 0
+    for r in rows:
+        for c in cols[:4]:
+            a = _one(cpu, k, r, c)
+            b = _one(cpu, k, reversed_blocks(r, k.weight_bytes), reversed_blocks(c, k.act_bytes))
+            assert abs(float(a) - float(b)) <= 1e-4 * max(1.0, abs(float(a)))  # the same sum, reordered
+            differ += a.tobytes() != b.tobytes()
+    assert differ > 0
