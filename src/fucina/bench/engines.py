@@ -1,12 +1,17 @@
 """The cost of exactness: engine variants side by side on one machine (BENCHMARKS.md).
 
-``python -m fucina.bench.engines [--models M,M] [--engines stock,no-llamafile,patched] [--repeats 5]``
+``python -m fucina.bench.engines [--models M,M] [--engines stock,no-llamafile,patched] [--repeats 5]
+[--ns 1,2,4,...] [--prefill 512]``
 
 Each engine runs in its own subprocess (``FUCINA_ENGINE``; one process imports one ``llama_cpp``):
 
-* ``stock``: the installed llama-cpp-python, models loaded the standard way (weight repacking on);
+* ``stock``: the installed llama-cpp-python, models loaded the standard way (weight repacking on, off
+  on a CPU with AMX);
+* ``stock-norepack``: the same engine loaded without extra buffer types (no repacking);
 * ``no-llamafile``: built with ``-DGGML_LLAMAFILE=OFF``, loaded with ``--exact`` (the older recipe);
-* ``patched``: :mod:`fucina.engine.patches`, loaded the way fucina loads it by default (no repacking).
+* ``patched``: :mod:`fucina.engine.patches`, loaded the way fucina loads it by default (no repacking);
+* ``NAME=DIR``: another build (``pip install --target DIR``, e.g. an earlier patch set), loaded as
+  ``patched`` is, reported as NAME.
 
 Per model it reports, for every engine: the batch-invariance self-check (``fucina doctor``), the plain
 step and the verify time of n rows, as medians over ``--repeats`` rounds that visit the engines in
@@ -31,9 +36,22 @@ from typing import Sequence
 
 import numpy as np
 
-ENGINES = ("stock", "no-llamafile", "patched")
+ENGINES = ("stock", "stock-norepack", "no-llamafile", "patched")
 #: Batch sizes priced: a plain step and the verify sizes drafts of 1..31 tokens produce.
 NS = (1, 2, 4, 8, 12, 16, 17, 24, 32)
+
+
+def _engine_name(spec: str) -> str:
+    """The name an engine spec is reported under (``NAME=DIR`` -> NAME)."""
+    return spec.split("=", 1)[0]
+
+
+def _engine_env(spec: str) -> dict[str, str]:
+    from fucina.engine_selection import env_for
+
+    if "=" in spec:
+        return env_for(spec.split("=", 1)[1])
+    return env_for("stock" if spec == "stock-norepack" else spec)
 _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held the letters of one "
            "family, tied with string, and a card listing the senders. ") * 3
 
@@ -47,11 +65,24 @@ def _load(name: str, engine: str):
 
 # --------------------------------------------------------------------------- workers (one engine each)
 
-def _work_costs(model, samples: int) -> dict[str, float]:
+def _work_costs(model, samples: int, ns: Sequence[int] = NS, prefill: int = 0) -> dict[str, float]:
+    """Median ms of a forward of n rows after a prompt, for each n; ``prefill``: also the median ms of
+    reading that many prompt tokens into an empty cache (key ``"prefill"``, three samples)."""
     from fucina.calibrate import time_forwards
 
-    times = time_forwards(model, NS, samples, prompt=model.tokenize(_PROMPT))
-    return {str(n): 1000 * statistics.median(v) for n, v in times.items()}
+    times = time_forwards(model, ns, samples, prompt=model.tokenize(_PROMPT))
+    out = {str(n): 1000 * statistics.median(v) for n, v in times.items()}
+    if prefill:
+        text = model.tokenize(_PROMPT * (1 + prefill // 60))[:prefill]
+        runs = []
+        for _ in range(3):
+            model.reset()
+            t0 = time.perf_counter()
+            model.forward_step(text)
+            runs.append(time.perf_counter() - t0)
+        model.reset()
+        out["prefill"] = 1000 * statistics.median(runs)
+    return out
 
 
 def _work_plain(model, prompts: list[list[int]], gen: int, forced: list[list[int]] | None, out: Path) -> list[list[int]]:
@@ -83,7 +114,7 @@ def _worker(a: argparse.Namespace) -> int:
     model = _load(a.worker, a.engine)
     res: dict = {"engine": active_engine().variant, "bufts": bool(model.options.use_extra_bufts)}
     if a.what == "costs":
-        res["ms"] = _work_costs(model, a.samples)
+        res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill)
     elif a.what == "invariance":
         r = check_batch_invariance(model)
         res.update(max_exact_rows=r.max_exact_rows, mismatched=r.mismatched_rows, rows=r.rows,
@@ -100,17 +131,16 @@ def _worker(a: argparse.Namespace) -> int:
 
 
 def _spawn(engine: str, model: str, what: str, **kw) -> dict:
-    cmd = [sys.executable, "-m", "fucina.bench.engines", "--worker", model, "--engine", engine, "--what", what]
+    load = "stock" if engine == "stock" else "exact"  # stock-norepack and the builds: no extra buffer types
+    cmd = [sys.executable, "-m", "fucina.bench.engines", "--worker", model, "--engine", load, "--what", what]
     for k, v in kw.items():
         if v is not None:
             cmd += [f"--{k.replace('_', '-')}", str(v)]
-    from fucina.engine_selection import env_for
-
-    r = subprocess.run(cmd, env=env_for(engine), capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(cmd, env=_engine_env(engine), capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"{engine}/{model}/{what} failed:\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    expected = "stock" if engine == "stock" else engine
+    expected = "patched" if "=" in engine else "stock" if engine.startswith("stock") else engine
     if res["engine"] != expected:
         raise RuntimeError(f"asked for the {engine} engine, the worker ran on {res['engine']}")
     return res
@@ -152,21 +182,24 @@ def compare_logits(model: str, prompt_file: str, prompts: int, gen: int, engine:
 
 
 def run(models: Sequence[str], engines: Sequence[str], repeats: int, samples: int, prompt_file: str,
-        prompts: int, gen: int) -> dict:
+        prompts: int, gen: int, ns: Sequence[int] = NS, prefill: int = 0) -> dict:
     out: dict = {"date": time.strftime("%Y-%m-%d"), "machine": _cpu(), "models": {}}
+    names = {e: _engine_name(e) for e in engines}
     for m in models:
-        res: dict = {"invariance": {}, "costs": {e: [] for e in engines}}
+        res: dict = {"invariance": {}, "costs": {names[e]: [] for e in engines}, "prefill_tokens": prefill}
         for e in engines:
-            res["invariance"][e] = _spawn(e, m, "invariance")
-            print(f"{m} {e}: bitwise up to {res['invariance'][e]['max_exact_rows']} rows", file=sys.stderr)
+            res["invariance"][names[e]] = _spawn(e, m, "invariance")
+            print(f"{m} {names[e]}: bitwise up to {res['invariance'][names[e]]['max_exact_rows']} rows", file=sys.stderr)
         for r in range(repeats):
             for e in engines:
-                res["costs"][e].append(_spawn(e, m, "costs", samples=samples)["ms"])
+                res["costs"][names[e]].append(_spawn(e, m, "costs", samples=samples, ns=",".join(map(str, ns)),
+                                                     prefill=prefill)["ms"])
             print(f"{m}: cost round {r + 1}/{repeats}", file=sys.stderr)
         res["median_ms"] = {e: {n: statistics.median(rd[n] for rd in rounds) for n in rounds[0]}
                             for e, rounds in res["costs"].items()}
-        if "stock" in engines:
-            res["logits"] = {e: compare_logits(m, prompt_file, prompts, gen, e) for e in engines if e != "stock"}
+        if "stock" in engines and gen > 0:
+            res["logits"] = {names[e]: compare_logits(m, prompt_file, prompts, gen, e) for e in engines
+                             if not e.startswith("stock")}
             res["stock_batch_vs_single_max_abs_dlogit"] = res["invariance"]["stock"]["max_abs_diff"]
         out["models"][m] = res
     return out
@@ -185,8 +218,9 @@ def render(res: dict) -> str:
         ns = list(r["median_ms"][engines[0]])
         lines.append(f"**{m}**")
         lines.append("")
-        lines.append("| engine | load | bitwise up to | plain step | " + " | ".join(f"C({n})" for n in ns if n != "1")
-                     + " |")
+        sizes = [n for n in ns if n != "prefill"]
+        lines.append("| engine | load | bitwise up to | plain step | " + " | ".join(f"C({n})" for n in sizes if n != "1")
+                     + (" | prefill" if "prefill" in ns else "") + " |")
         lines.append("|---|---|---|---|" + "---|" * (len(ns) - 1))
         stock = r["median_ms"].get("stock")
         for e in engines:
@@ -195,7 +229,11 @@ def render(res: dict) -> str:
             cells = []
             for n in ns:
                 rel = f" ({ms[n] / stock[n]:.2f}x)" if stock and e != "stock" else ""
-                cells.append(f"{ms[n]:.1f} ms{rel}" if n == "1" else f"{ms[n] / ms['1']:.2f}{rel}")
+                if n == "prefill":
+                    rel = f" ({stock[n] / ms[n]:.2f}x)" if stock and e != "stock" else ""
+                    cells.append(f"{int(r['prefill_tokens']) * 1000 / ms[n]:.0f} tok/s{rel}")
+                else:
+                    cells.append(f"{ms[n]:.1f} ms{rel}" if n == "1" else f"{ms[n] / ms['1']:.2f}{rel}")
             load = "standard" if inv["bufts"] else "no repack"
             lines.append(f"| {e} | {load} | {inv['max_exact_rows']} rows | " + " | ".join(cells) + " |")
         lines.append("")
@@ -207,7 +245,8 @@ def render(res: dict) -> str:
                          f"{lg.get('max_flip_top2_gap', float('nan')):.3f}); free greedy identical "
                          f"{lg['greedy_identical']}/{lg['greedy_runs']}, parts at: {parts}")
         lines.append("")
-    lines.append("C(n): verify of n rows in plain steps of the same engine; (x): time against stock's at the same n.")
+    lines.append("C(n): verify of n rows in plain steps of the same engine; (x): time against stock's at the same n "
+                 "(prefill: stock's time over this engine's, so above 1 is faster).")
     return "\n".join(lines)
 
 
@@ -220,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt-file", default=str(Path(__file__).resolve().parents[3] / "tests" / "data" / "prompts.jsonl"))
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--gen", type=int, default=48)
+    ap.add_argument("--ns", default=",".join(map(str, NS)), help="batch sizes priced (default %(default)s)")
+    ap.add_argument("--prefill", type=int, default=0, help="also time reading this many prompt tokens")
     ap.add_argument("--json", action="store_true")
     # worker mode (internal)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -231,10 +272,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.worker:
         return _worker(a)
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    bad = [e for e in engines if e not in ENGINES]
-    if bad or a.repeats < 1 or a.samples < 1:
-        ap.error(f"--engines takes {', '.join(ENGINES)}; --repeats and --samples >= 1")
-    res = run([m for m in a.models.split(",") if m], engines, a.repeats, a.samples, a.prompt_file, a.prompts, a.gen)
+    bad = [e for e in engines if e not in ENGINES and not ("=" in e and Path(e.split("=", 1)[1]).is_dir())]
+    try:
+        ns = sorted({1, *(int(n) for n in a.ns.split(","))})
+    except ValueError:
+        ns = []
+    if bad or a.repeats < 1 or a.samples < 1 or not ns or ns[0] < 1 or a.prefill < 0:
+        ap.error(f"--engines takes {', '.join(ENGINES)} or NAME=DIR (a built engine directory); --repeats and "
+                 "--samples >= 1; --ns whole numbers >= 1; --prefill >= 0")
+    res = run([m for m in a.models.split(",") if m], engines, a.repeats, a.samples, a.prompt_file, a.prompts, a.gen,
+              ns, a.prefill)
     print(json.dumps(res) if a.json else render(res))
     return 0
 
