@@ -51,7 +51,7 @@ from fucina.server.worker import Job, QueueFull, Worker
 if TYPE_CHECKING:
     from fucina.api import LLM
 
-__all__ = ["ServerState", "create_app", "system_fingerprint"]
+__all__ = ["create_app", "system_fingerprint"]
 
 log = logging.getLogger("fucina.server")
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from fucina.errors import ContextLengthExceeded
 from fucina.server import types as t
 from fucina.server.errors import APIError, from_validation, model_not_found
+from fucina.server.settings import ServerSettings
 from fucina.server.state import ServerState
 
 __all__ = ["CHAT", "COMPLETIONS", "LLMCall", "translate_request"]
@@ -43,7 +44,7 @@ class LLMCall:
     stats: bool = False
 
 
-def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *, tenant: str = "default") -> LLMCall:
+def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *, tenant: str) -> LLMCall:
     """Validate ``body`` (the JSON of a request to ``endpoint``) and build the ``llm.chat`` /
     ``llm.complete`` call it asks for: absent fields take the defaults of :mod:`fucina.server.types`,
     a missing seed is drawn here, and the cross-request store is ``tenant``'s own. Raises
@@ -55,22 +56,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         raise from_validation(exc.errors(include_url=False)) from None
     if req.model is not None and req.model != state.model_id:
         raise model_not_found(req.model, state.model_id)
-    settings, llm = state.settings, state.llm
-    max_tokens, defaulted = req.max_tokens, False
-    if endpoint == CHAT and req.max_completion_tokens is not None:
-        if max_tokens is not None and max_tokens != req.max_completion_tokens:
-            raise APIError(400, "max_tokens and max_completion_tokens disagree; send one of them",
-                           param="max_completion_tokens", code="invalid_value")
-        max_tokens = req.max_completion_tokens
-    limit = settings.max_tokens_limit
-    if max_tokens is None:
-        defaulted = True
-        max_tokens = settings.completion_max_tokens if endpoint == COMPLETIONS else None
-        if limit is not None:
-            max_tokens = limit if max_tokens is None else min(max_tokens, limit)
-    elif limit is not None and max_tokens > limit:
-        raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {limit}",
-                       param="max_tokens", code="invalid_value")
+    llm = state.llm
+    max_tokens, defaulted = _token_budget(endpoint, req, state.settings)
     seed = req.seed if req.seed is not None else secrets.randbelow(t.MAX_SEED + 1)
     options: dict[str, Any] = dict(
         max_tokens=max_tokens,
@@ -129,3 +116,25 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
                    stats=bool(ext is not None and ext.stats))
+
+
+def _token_budget(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest,
+                  settings: ServerSettings) -> tuple[int | None, bool]:
+    """The request's ``max_tokens`` (None: up to the end of the context) and whether the server
+    chose it (the client sent none); 400 when the client's is over the server's limit."""
+    max_tokens, defaulted = req.max_tokens, False
+    if endpoint == CHAT and req.max_completion_tokens is not None:
+        if max_tokens is not None and max_tokens != req.max_completion_tokens:
+            raise APIError(400, "max_tokens and max_completion_tokens disagree; send one of them",
+                           param="max_completion_tokens", code="invalid_value")
+        max_tokens = req.max_completion_tokens
+    limit = settings.max_tokens_limit
+    if max_tokens is None:
+        defaulted = True
+        max_tokens = settings.completion_max_tokens if endpoint == COMPLETIONS else None
+        if limit is not None:
+            max_tokens = limit if max_tokens is None else min(max_tokens, limit)
+    elif limit is not None and max_tokens > limit:
+        raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {limit}",
+                       param="max_tokens", code="invalid_value")
+    return max_tokens, defaulted
