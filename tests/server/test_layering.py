@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-
-from tests.test_layers import ROOT, _lint_imports
+from tests.test_layers import lint_imports_with
 
 
 def test_an_import_of_the_routes_from_the_translation_breaks_the_server_contract(tmp_path):
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "src" / "fucina", src / "fucina", ignore=shutil.ignore_patterns("__pycache__"))
-    translate = src / "fucina" / "server" / "translate.py"
-    translate.write_text(translate.read_text() + "\nfrom fucina.server import routes as _upward  # noqa\n")
-    r = _lint_imports(src)
+    r = lint_imports_with(tmp_path, "server/translate.py", "from fucina.server import routes as _upward")
     assert r.returncode != 0, r.stdout[-3000:]
     assert "BROKEN" in r.stdout and "fucina.server.translate -> fucina.server.routes" in r.stdout, r.stdout[-3000:]
