@@ -26,12 +26,18 @@ def test_layer_contracts_hold():
     assert "0 broken" in r.stdout
 
 
-def test_a_backend_import_in_speculative_breaks_a_contract(tmp_path):
+def lint_imports_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` over a copy of ``src/fucina`` in ``tmp_path`` where ``module`` (a path below
+    ``fucina/``) ends with the import statement ``line``."""
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "fucina", src / "fucina", ignore=shutil.ignore_patterns("__pycache__"))
-    core = src / "fucina" / "speculative" / "core.py"
-    core.write_text(core.read_text() + "\nfrom fucina.backends import fake as _smuggled  # noqa\n")
-    r = _lint_imports(src)
+    target = src / "fucina" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    return _lint_imports(src)
+
+
+def test_a_backend_import_in_speculative_breaks_a_contract(tmp_path):
+    r = lint_imports_with(tmp_path, "speculative/core.py", "from fucina.backends import fake as _smuggled")
     assert r.returncode != 0, r.stdout[-3000:]
     assert "The speculative layers, plain decoding and the sampler import no backend BROKEN" in r.stdout
     assert "fucina.speculative.core -> fucina.backends.fake" in r.stdout

@@ -70,3 +70,9 @@ def engine_fault(detail: str = "") -> APIError:
     """The 500 of a fault inside the engine (the KV cache was reset; the server keeps serving)."""
     msg = "the inference engine failed on this request; its cache was reset, please retry"
     return APIError(500, f"{msg} ({detail})" if detail else msg, type="server_error", code="engine_error")
+
+
+def model_not_found(requested: str, served: str) -> APIError:
+    """The 404 of a request for ``requested`` on a server that serves only ``served``."""
+    return APIError(404, f"the model {requested[:256]!r} does not exist; this server serves {served!r}",
+                    param="model", code="model_not_found")

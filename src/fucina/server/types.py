@@ -437,13 +437,3 @@ class ModelList(_Out):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
-
-class ErrorBody(_Out):
-    message: str
-    type: str
-    param: Optional[str] = None
-    code: Optional[str] = None
-
-
-class ErrorResponse(_Out):
-    error: ErrorBody

@@ -14,13 +14,10 @@ Snapshots protect running requests
     the documents it started with. The SAM is rebuilt lazily, in ``snapshot()`` after a change,
     so consecutive requests with no ``add()`` between them share one build (O(tokens)).
 
-Persistence (``TenantIndexes(index_dir=...)``)
-    One file per tenant, ``<index_dir>/<tenant>.fxi``, little-endian: magic ``FUCINAXR``, u16
-    format version, u16 length + UTF-8 model fingerprint, u32 document count, per document u32
-    length + u32 token ids, then the CRC32 of everything before it. Only documents are stored;
-    the SAM is rebuilt on load. Writes go to ``<file>.tmp`` and ``os.replace`` it, so a reader
-    never sees a half-written file. A file that is corrupt, of another version, or written for
-    another model (fingerprint) is skipped with a warning and left in place for the operator.
+Where the indexes live
+    This module is the index only: what the decoder drafts from. Keeping one index per tenant
+    (API-key hashing) and the on-disk file format belong to the server, in
+    :mod:`fucina.server.tenants` and :mod:`fucina.server.index_files`.
 
 Thread safety
     Generation is single-threaded, but a stats reader may run beside the worker: every public
@@ -30,37 +27,22 @@ Thread safety
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import re
-import struct
 import sys
 import threading
-import zlib
 from array import array
 from collections import deque
-from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
-from fucina.errors import InvalidArgument, InvalidOption, InvalidToken, SamIntegrityError
+from fucina.errors import InvalidOption, SamIntegrityError
 from fucina.speculative.sam import SamCursor, SamIndex, check_tokens
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "SEPARATOR", "CrossCursor", "CrossRequestIndex",
-           "CrossRequestStore", "CrossSnapshot", "TenantIndexes", "TenantStore"]
-
-log = logging.getLogger("fucina.crossreq")
+__all__ = ["SEPARATOR", "CrossCursor", "CrossRequestIndex", "CrossRequestStore", "CrossSnapshot",
+           "check_max_tokens"]
 
 #: Joins documents in the SAM. No vocabulary reaches 2**31 - 1, and it is rejected as input.
 SEPARATOR = (1 << 31) - 1
-MAGIC = b"FUCINAXR"
-FORMAT_VERSION = 1
 _U32 = next(t for t in "IL" if array(t).itemsize == 4)  # 'I' on every mainstream platform
-_HEAD = struct.Struct("<8sHH")  # magic, version, fingerprint length
-_U32LE = struct.Struct("<I")
-_TENANT = re.compile(r"default|[0-9a-f]{32}")
 
 
 def _ids(tokens: Iterable[int]) -> array:
@@ -68,7 +50,8 @@ def _ids(tokens: Iterable[int]) -> array:
     return array(_U32, check_tokens(tokens, limit=SEPARATOR))
 
 
-def _check_bound(max_tokens: object) -> int:
+def check_max_tokens(max_tokens: object) -> int:
+    """``max_tokens`` as the bound of an index: an int >= 1, else InvalidOption."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidOption(f"max_tokens must be an int >= 1, got {max_tokens!r}",
                             param="max_tokens")
@@ -144,7 +127,7 @@ class CrossRequestIndex:
     """One tenant's previous requests, oldest first, bounded by ``max_tokens``."""
 
     def __init__(self, max_tokens: int) -> None:
-        self._max = _check_bound(max_tokens)
+        self._max = check_max_tokens(max_tokens)
         self._docs: deque[array] = deque()  # oldest first; each 1..max_tokens ids < SEPARATOR
         self._total = 0  # == sum of len(doc) over _docs, <= _max
         self._snapshot: CrossSnapshot | None = None  # None or built over exactly _docs
@@ -182,6 +165,13 @@ class CrossRequestIndex:
         """Copies of the held documents, oldest first."""
         with self._lock:
             return [d.tolist() for d in self._docs]
+
+    def document_arrays(self) -> tuple[array, ...]:
+        """The held documents as stored (uint32 arrays, oldest first), not copied: for writers of
+        the documents (the server's index files). Read-only by contract; ``add`` never changes a
+        stored array, so the tuple stays what the index held when it was taken."""
+        with self._lock:
+            return tuple(self._docs)
 
     def snapshot(self) -> CrossSnapshot | None:
         """The SAM over the held documents (None when empty); cached until the next change."""
@@ -231,188 +221,10 @@ class CrossRequestIndex:
             return bad
 
 
-class _Corrupt(ValueError):
-    """Why a persisted file was skipped."""
-
-
-def _encode(docs: Sequence[array], fingerprint: str) -> bytes:
-    fp = fingerprint.encode()
-    out = bytearray(_HEAD.pack(MAGIC, FORMAT_VERSION, len(fp)) + fp + _U32LE.pack(len(docs)))
-    for doc in docs:
-        if sys.byteorder == "big":
-            doc = array(_U32, doc)
-            doc.byteswap()
-        out += _U32LE.pack(len(doc)) + doc.tobytes()
-    return bytes(out + _U32LE.pack(zlib.crc32(out)))
-
-
-def _decode(data: bytes, fingerprint: str) -> list[array]:
-    """The documents of a persisted file; raises _Corrupt naming the first problem found."""
-    if len(data) < _HEAD.size + 8:
-        raise _Corrupt(f"truncated ({len(data)} bytes)")
-    magic, version, fplen = _HEAD.unpack_from(data)
-    if magic != MAGIC:
-        raise _Corrupt("bad magic")
-    if version != FORMAT_VERSION:  # checked before the CRC: another version may lay out differently
-        raise _Corrupt(f"format version {version}, this build reads {FORMAT_VERSION}")
-    body = memoryview(data)[:-4]
-    if zlib.crc32(body) != _U32LE.unpack_from(data, len(data) - 4)[0]:
-        raise _Corrupt("CRC mismatch (truncated or corrupted)")
-    pos = _HEAD.size + fplen
-    if pos + 4 > len(body):
-        raise _Corrupt("truncated header")
-    try:
-        fp = bytes(body[_HEAD.size:pos]).decode()
-    except UnicodeDecodeError:
-        raise _Corrupt("fingerprint is not UTF-8") from None
-    if fp != fingerprint:
-        raise _Corrupt(f"foreign fingerprint {fp!r} (this model is {fingerprint!r})")
-    (count,), pos = _U32LE.unpack_from(body, pos), pos + 4
-    docs: list[array] = []
-    for i in range(count):
-        if pos + 4 > len(body):
-            raise _Corrupt(f"truncated at document {i} of {count}")
-        (n,), pos = _U32LE.unpack_from(body, pos), pos + 4
-        if n == 0 or pos + 4 * n > len(body):
-            raise _Corrupt(f"document {i}: bad length {n}")
-        doc = array(_U32)
-        doc.frombytes(body[pos: pos + 4 * n])
-        if sys.byteorder == "big":
-            doc.byteswap()
-        if max(doc) >= SEPARATOR:
-            raise _Corrupt(f"document {i}: token id out of range")
-        docs.append(doc)
-        pos += 4 * n
-    if pos != len(body):
-        raise _Corrupt(f"{len(body) - pos} trailing bytes")
-    return docs
-
-
 class CrossRequestStore(Protocol):
-    """What ``LLM.complete(cross_request=...)`` takes: a CrossRequestIndex, or a TenantStore."""
+    """What ``LLM.complete(cross_request=...)`` takes: a CrossRequestIndex, or any store with
+    these two methods (the server's :class:`~fucina.server.tenants.TenantStore`)."""
 
     def snapshot(self) -> CrossSnapshot | None: ...
 
     def add(self, tokens: Sequence[int]) -> None: ...
-
-
-class TenantIndexes:
-    """One CrossRequestIndex per tenant, optionally persisted in a directory."""
-
-    def __init__(self, *, max_tokens: int, index_dir: Path | None = None,
-                 fingerprint: str) -> None:
-        self.max_tokens = _check_bound(max_tokens)
-        try:
-            ok = isinstance(fingerprint, str) and 0 < len(fingerprint.encode()) < 1 << 16
-        except UnicodeEncodeError:
-            ok = False
-        if not ok:
-            raise InvalidOption("fingerprint must be a non-empty str of < 64 KiB UTF-8",
-                                param="fingerprint")
-        self.fingerprint = fingerprint
-        self.index_dir = Path(index_dir) if index_dir is not None else None
-        if self.index_dir is not None:
-            try:
-                self.index_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InvalidOption(f"cannot create index_dir {self.index_dir}: {exc}",
-                                    param="index_dir") from None
-        self._indexes: dict[str, CrossRequestIndex] = {}  # tenant -> index, created on first use
-        self._lock = threading.RLock()  # guards _indexes and orders record()'s file writes
-
-    @staticmethod
-    def tenant_of(api_key: str | None) -> str:
-        """``"default"`` for no key, else a 32-hex digest: the raw key is never stored."""
-        if api_key is None:
-            return "default"
-        return hashlib.sha256(api_key.encode()).hexdigest()[:32]
-
-    def _path(self, tenant: str) -> Path | None:
-        if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
-            raise InvalidArgument(f"tenant must be 'default' or 32 lowercase hex digits, got "
-                                  f"{tenant!r}", param="tenant")  # also keeps paths in index_dir
-        return self.index_dir / f"{tenant}.fxi" if self.index_dir is not None else None
-
-    def get(self, tenant: str) -> CrossRequestIndex:
-        """The tenant's index; on first use it is created, loaded from its file if one is valid."""
-        path = self._path(tenant)
-        with self._lock:
-            index = self._indexes.get(tenant)
-            if index is None:
-                index = self._indexes[tenant] = CrossRequestIndex(self.max_tokens)
-                if path is not None and path.exists():
-                    self._load(index, path)
-            return index
-
-    def _load(self, index: CrossRequestIndex, path: Path) -> None:
-        try:
-            docs = _decode(path.read_bytes(), self.fingerprint)
-        except (OSError, _Corrupt) as exc:
-            # Left in place for the operator; the next record() replaces it atomically.
-            log.warning("skipping cross-request index %s: %s", path, exc)
-            return
-        # add() applies the current bound: a file saved under a bigger one is trimmed, oldest
-        # first (those documents count as evictions).
-        for doc in docs:
-            index.add(doc)
-
-    def record(self, tenant: str, tokens: Sequence[int]) -> None:
-        """Add one finished request to the tenant's index and persist it (when index_dir is set).
-
-        A failed write is logged, not raised: the in-memory index is already up to date.
-        """
-        with self._lock:
-            index = self.get(tenant)
-            before = (index.n_documents, index.evictions)
-            index.add(tokens)
-            path = self._path(tenant)
-            if path is None or (index.n_documents, index.evictions) == before:
-                return  # nothing persisted, or an empty request changed nothing
-            with index._lock:
-                data = _encode(index._docs, self.fingerprint)
-            tmp = path.with_name(path.name + ".tmp")
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except OSError as exc:
-                log.warning("cannot persist cross-request index %s: %s", path, exc)
-                with suppress(OSError):
-                    tmp.unlink(missing_ok=True)
-
-    def store(self, tenant: str) -> "TenantStore":
-        """The tenant's store, to pass as ``cross_request`` (validates the tenant id now)."""
-        self._path(tenant)
-        return TenantStore(self, tenant)
-
-    def tenants(self) -> list[str]:
-        """Tenants used in this process (created or loaded), sorted."""
-        with self._lock:
-            return sorted(self._indexes)
-
-    def n_tokens(self) -> int:
-        """Tokens held by every tenant's index."""
-        with self._lock:
-            return sum(index.n_tokens for index in self._indexes.values())
-
-    def nbytes(self) -> int:
-        """Bytes held by every tenant's index."""
-        with self._lock:
-            return sum(index.nbytes() for index in self._indexes.values())
-
-
-@dataclass(frozen=True)
-class TenantStore:
-    """One tenant's slot of a :class:`TenantIndexes` as a :class:`CrossRequestStore`: snapshots of
-    that tenant's index only, and ``add`` records (and persists) into it."""
-
-    indexes: TenantIndexes
-    tenant: str
-
-    def snapshot(self) -> CrossSnapshot | None:
-        return self.indexes.get(self.tenant).snapshot()
-
-    def add(self, tokens: Sequence[int]) -> None:
-        self.indexes.record(self.tenant, tokens)
