@@ -18,11 +18,11 @@ python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --no-recycling 
 for m in gemma3-270m smollm2-135m; do
   fucina spec-bench "$m" --repeats 5 --out "$OUT/cost-$m.json" > "$OUT/cost-$m.txt"
 done
-# The drafting policy on the dev agent traces, model-free: before (legacy cascade, every draft verified) and
-# after, under a GPU-like flat table and this machine's SmolLM2 table; cross-request beside it.
+# The drafting policy on the dev agent traces, model-free: without it (every draft verified whole) and
+# with it, under a GPU-like flat table and this machine's SmolLM2 table; cross-request beside it.
 TR="$SHARED/traces/agent_traces_dev.jsonl"
 for t in "--flat" "--cost-table $OUT/cost-smollm2-135m.json"; do
-  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --legacy-cascade --no-policy
+  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --no-policy
   python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --match-only
   python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --cross-request 65536
 done > "$OUT/replay-traces.txt"

@@ -110,7 +110,7 @@ def test_policy_in_the_loop_wins_on_copies_and_never_loses_on_noise():
 
 
 def test_cli_traces_with_cross_request_and_priors(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: ByteTokenizer())
     f = tmp_path / "t.jsonl"
     write_traces(f, trace_rows())
     assert replay.main(["--traces", str(f), "--no-synthetic", "--no-recycling", "--flat",
@@ -144,7 +144,7 @@ def test_cli_bad_arguments_exit_2(argv, capsys):
 
 
 def test_cli_missing_traces_is_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: ByteTokenizer())
     assert replay.main(["--traces", str(tmp_path / "nope.jsonl"), "--no-synthetic"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
@@ -164,7 +164,7 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
     from fucina.generate import PlainDecoder
     from fucina.sampling import Sampler, SamplerOptions
 
-    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: ByteTokenizer())
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: ByteTokenizer())
     model = FakeModel()
     tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 48, 0.0),
              Task("ref", "rag_ref", "rag_ref", "tell me", ("the cat sat on the mat.",), 24, 0.0)]
@@ -196,7 +196,7 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
         raise OSError("no such model")
 
     # Streams are token ids already: without a tokenizer they replay, without word pieces.
-    monkeypatch.setattr(replay, "_load_tokenizer", no_tokenizer)
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", no_tokenizer)
     assert replay.main(["--streams", str(out), "--no-synthetic", "--flat", "--json",
                         "--vocab-size", str(model.vocab_size)]) == 0
     captured = capsys.readouterr()
@@ -212,7 +212,7 @@ def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp
     from fucina.bench.suite import Task
 
     asked = []
-    monkeypatch.setattr(replay, "_load_tokenizer", lambda model: asked.append(model) or ByteTokenizer())
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: asked.append(model) or ByteTokenizer())
     model = FakeModel()
     out = tmp_path / "s.jsonl"
     tasks = [Task("rep", "repeat", "repeat", "the cat sat on the mat. " * 6, (), 24, 0.0)]
