@@ -46,7 +46,8 @@ from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, Inval
 from fucina.speculative.costs import CostTable
 from fucina.speculative.recycling import Recycling
 from fucina.speculative.resume import Resume
-from fucina.speculative.sam import SamCursor, SamIndex
+from fucina.speculative.sam import SamIndex
+from fucina.speculative.sam_cursor import SamCursor
 from fucina.speculative.source import NO_DRAFT, Draft
 
 __all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", "options_for_costs"]

@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
 from fucina.errors import InvalidArgument, InvalidOption, InvalidToken, SamIntegrityError
-from fucina.speculative.sam import SamCursor, SamIndex, check_tokens
+from fucina.speculative.sam import SamIndex, check_tokens
+from fucina.speculative.sam_cursor import SamCursor
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "SEPARATOR", "CrossCursor", "CrossRequestIndex",
            "CrossRequestStore", "CrossSnapshot", "TenantIndexes", "TenantStore"]
