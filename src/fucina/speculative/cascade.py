@@ -10,8 +10,10 @@ Sources, in tie-break order:
    (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
 4. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
    at all), the copy it broke continued one token on: the text after the token the previous
-   match was followed by, as when a copied line gets one new word (``resume``, on by default);
-5. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
+   match was followed by, as when a copied line gets one new word (:mod:`fucina.speculative.resume`,
+   on by default);
+5. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), used when
+   no SAM matches well enough.
 
 Selection: every SAM source reports its match length; the longest match drafts (ties go to the
 conversation, whose recency beats a static document, then to the first-added reference) the whole
@@ -26,11 +28,12 @@ dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
 Each step's offer is one :class:`~fucina.speculative.source.Draft`: tokens, confidence, the kind
 (the name of the source that drafted) and the SAM's fork flags.
 
-Acceptance is inferred at the suggest -> observe seam: the draft of the last ``suggest`` is
-compared with the slice passed to the next non-empty ``observe``; accepted = their longest common
-prefix, drafted = the draft's length. This only steers selection; losslessness never depends on
-it. ``context`` passed to ``suggest`` must be the observed stream (the decoder guarantees it): the
-SAM sources draft from their own copy of it, recycling walks from ``context[-1]``.
+Acceptance is inferred at the draft -> observe seam: the tokens of the last ``draft`` (or
+``suggest``) are compared with the slice passed to the next non-empty ``observe``; accepted =
+their longest common prefix, drafted = the draft's length (cut by ``truncate_pending``). These
+per-source counts are statistics only; losslessness never depends on them. ``context`` passed
+to ``draft`` must be the observed stream (the decoder guarantees it): the SAM sources draft from
+their own copy of it, recycling walks from ``context[-1]``.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class CascadeOptions:
     #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
     #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
     resume: bool = True
-    #: Report each SAM draft's fork flags (``last_forks``), so the policy prices a token the text
+    #: Report each SAM draft's fork flags (``Draft.forks``), so the policy prices a token the text
     #: continued several ways apart from one it continued one way only; False: priced on the
     #: match length alone (the ablation ``fucina bench --methods match_only``).
     forks: bool = True
@@ -386,7 +389,8 @@ class SpeculationIndex:
         self._last = NO_DRAFT
         if budget <= 0:
             return self._last
-        candidates: list[tuple[int, int, _Score, _Drafter]] = [(self._conv.match_len(), 0, self._conv_score, self._conv)]
+        candidates: list[tuple[int, int, _Score, _Drafter]] = [
+            (self._conv.match_len(), 0, self._conv_score, self._conv)]
         for order, ref in enumerate(self._sam_sources(), start=1):
             candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor))
         candidates.sort(key=lambda c: (-c[0], c[1]))
