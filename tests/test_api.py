@@ -298,7 +298,7 @@ def test_cross_request_drafts_from_earlier_calls_records_finished_ones_and_chang
 
     secret = "qz7 vek9 plum3 rork8 nib2 sowt5 kelm1 drab4 yust6 fenw0 gosh7 lirt3 " * 2
     half = secret[: len(secret) // 2]
-    llm = make_llm(spec_options=SpecOptions(gate_enabled=False))
+    llm = make_llm(spec_options=SpecOptions(verify_all=True))
     store = CrossRequestIndex(4096)
     first = llm.complete(secret, max_tokens=16, temperature=0, cross_request=store)
     assert store.n_documents == 1 and store.n_tokens == first.usage.prompt_tokens + first.usage.completion_tokens

@@ -1,4 +1,4 @@
-"""Conversation, TurnGate and chat stops (issue 6).
+"""Conversation and chat stops (issue 6); the TurnGate itself: tests/speculative/test_turn_gate.py.
 
 Most tests run on a chat-capable fake model (batch-invariant, so speculative == plain bitwise);
 the SmolLM2 tests at the end check the same on a real engine, where batched rows may differ
@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 
 from fucina.backends.fake import BOS_ID, EOS_ID, FakeModel
-from fucina.chat import ChatOptions, Conversation, TurnGate
+from fucina.chat import ChatOptions, Conversation
 from fucina.generate import StopScanner
 from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOverflow,
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
 from fucina.sampling import SamplerOptions
-from fucina.speculative.cascade import SpeculationIndex
 from fucina.speculative.core import SpecOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.sam import SamIndex
+from fucina.speculative.source import Draft
 
 GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=1)
 PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, frequency_penalty=0.4, seed=3)
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
-ALWAYS = SpecOptions(gate_enabled=False)  # verify on every step: the hardest path for exactness
+ALWAYS = SpecOptions(verify_all=True)  # verify on every step: the hardest path for exactness
 QUESTIONS = ["Tell me about the sea.", "And the mountains?", "Tell me about the sea again."]
 
 END, START = 300, 301  # the fake template's special marker tokens
@@ -261,105 +261,6 @@ def test_stop_sequences_with_speculation_is_a_construction_error():
     ChatOptions(speculation=True, extra_stop_ids=(10,))
 
 
-# -- TurnGate ---------------------------------------------------------------------------------------------
-
-
-class _Spy:
-    """Inner source that records what the gate forwards."""
-
-    wants_topk = True
-
-    def __init__(self):
-        self.observed, self.topk_inputs, self.truncations = [], [], []
-
-    def suggest(self, context, budget):
-        return [7, 7]
-
-    def observe(self, committed):
-        self.observed += list(committed)
-
-    def observe_topk(self, inputs, topk):
-        assert len(inputs) == len(topk)
-        self.topk_inputs.append(list(inputs))
-
-    def truncate_pending(self, n):
-        self.truncations.append(n)
-
-
-S = 9  # a stop id in the direct gate tests
-
-
-def test_turn_gate_filters_an_overshooting_committed_slice():
-    spy = _Spy()
-    gate = TurnGate(spy)
-    gate.open()
-    gate.observe([1, S, 2])  # prompt tokens pass even when they are stop ids
-    gate.arm([S])
-    assert gate.suggest([1, S, 2], 8) == [7, 7]
-    gate.observe([3, 4])
-    gate.observe([5, S, 6, 7])  # overshoot: 6, 7 come after the stop
-    assert spy.observed == [1, S, 2, 3, 4, 5, S]
-    assert gate.dropped == 2 and gate.state == "closed"
-    # open() drops a stale draft; the stop cuts the pending one to the [5, S] it is scored against.
-    assert spy.truncations == [0, 2]
-    gate.observe([8])
-    assert spy.observed[-1] == S and gate.dropped == 3
-    assert gate.suggest([1, 2], 8) == []
-    gate.open()
-    gate.observe([8])
-    assert spy.observed[-1] == 8
-
-
-def test_turn_gate_can_drop_the_stop_marker_itself():
-    spy = _Spy()
-    gate = TurnGate(spy, keep_stop=False)
-    gate.arm([S])
-    gate.observe([5, S, 6])
-    assert spy.observed == [5] and spy.truncations == [1] and gate.dropped == 2
-
-
-def test_turn_gate_drops_topk_rows_conditioned_past_the_stop():
-    spy = _Spy()
-    gate = TurnGate(spy)
-    rows = np.zeros((4, 2), dtype=np.int64)
-    gate.arm([S])
-    gate.observe_topk([S, 1, 2, 3], rows)  # inputs[0] was committed before: kept even if a stop id
-    gate.observe_topk([4, 5, S, 6], rows)  # rows 2, 3 are conditioned on the stop: dropped
-    assert spy.topk_inputs == [[S, 1, 2, 3], [4, 5]]
-    gate.observe([5, S])
-    gate.observe_topk([S], rows[:1])
-    assert spy.topk_inputs[-1] == [4, 5]  # closed: nothing more
-
-
-def test_turn_gate_keeps_per_source_accounting_aligned_on_a_real_index():
-    index = SpeculationIndex(64)
-    gate = TurnGate(index)
-    gate.open()
-    gate.observe([1, 2, 3, S, 11, 1, 2])
-    gate.arm([S])
-    draft = list(gate.suggest([], 8))
-    assert draft[:3] == [3, S, 11]  # the conversation SAM drafts across the earlier stop
-    gate.observe([3, S, 11, 12])  # an overshooting decoder
-    assert list(index.conversation.tokens) == [1, 2, 3, S, 11, 1, 2, 3, S]
-    conv = index.stats()["conversation"]
-    assert (conv.accepted, conv.drafted) == (2, 2)  # tokens past the stop are not "rejected"
-
-
-def test_turn_gate_passes_confidence_through_until_the_stop():
-    index = SpeculationIndex(64)
-    gate = TurnGate(index)
-    gate.open()
-    gate.observe([1, 2, 3, 4, 1, 2])
-    gate.arm([S])
-    assert gate.confidence() == index.confidence() == 2  # the decoder's policy prices by it
-    assert gate.suggest([1, 2, 3, 4, 1, 2], 4) == [3, 4, 1, 2] and gate.last_source == "conversation"
-    gate.truncate_pending(0)
-    gate.observe([3, S])
-    assert gate.confidence() == 0  # closed turn: nothing will be drafted
-    assert TurnGate(object()).confidence is None  # a source without confidence: priced by its record
-    assert TurnGate(object()).last_source is None
-
-
 def test_conversation_sam_equals_sam_of_committed_stream_after_turns():
     conv = chat(True, SAMPLED, ChatFake(end_bias=1.0), max_tokens=32)
     for q in QUESTIONS:
@@ -383,7 +284,7 @@ def test_stop_arriving_mid_verify_batch_keeps_the_sam_exact():
         drafts.append((len(context), d))
         return d
 
-    spec.index.suggest = oracle
+    spec.index.draft = lambda context, budget: Draft(oracle(context, budget), spec.index.confidence())
     for q in QUESTIONS * 2:
         spec.reply(q)
     assert spec.transcript == plain.transcript and spec.tokens == truth
@@ -401,14 +302,14 @@ def test_stop_arriving_mid_verify_batch_keeps_the_sam_exact():
 
 def _spy_sources(index) -> list[str | None]:
     sources: list[str | None] = []
-    orig = index.suggest
+    orig = index.draft
 
-    def suggest(context, budget):
+    def draft(context, budget):
         d = orig(context, budget)
-        sources.append(index.last_source)
+        sources.append(d.kind)
         return d
 
-    index.suggest = suggest
+    index.draft = draft
     return sources
 
 

@@ -21,7 +21,7 @@ def spec_run(model, fresh, prompt, opts, n, mode="partial", stream=None):
     fresh.reset()
     rec = RecordingModel(model)
     d = SpeculativeDecoder(rec, ScriptedSource(prompt + ref, model.vocab_size, mode, seed=1), Sampler(opts),
-                           SpecOptions(gate_enabled=False), cost_table=CHEAP, row_hook=rec.row_hook)
+                           SpecOptions(verify_all=True), cost_table=CHEAP, row_hook=rec.row_hook)
     d.feed(prompt)
     out = list(d.generate(n))
     return rec, d, out

@@ -45,7 +45,7 @@ from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeStats, SpeculationIndex, options_for_costs
 from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
-from fucina.speculative.source import DraftSource
+from fucina.speculative.turn_gate import TurnGate
 
 __all__ = ["ChatOptions", "ChatStats", "Conversation", "Renderer", "TurnGate", "tokenize_rendered"]
 
@@ -128,126 +128,6 @@ def _as_tuple(value: object, name: str) -> tuple:
     return tuple(value)
 
 
-# -- the turn gate -------------------------------------------------------------------------------
-
-
-class TurnGate:
-    """A DraftSource wrapper that keeps the index exactly in step with the trimmed transcript.
-
-    A chat turn ends at its first stop id; anything committed after it (an overshoot) and, with
-    ``keep_stop=False``, the stop marker itself are discarded by the turn trim. The gate makes
-    sure the wrapped index never learns those tokens:
-
-    * ``observe`` forwards only the slice up to (and, with ``keep_stop``, including) the first stop
-      id of the armed turn, and calls ``truncate_pending`` on the wrapped index so its per-source
-      acceptance scores the draft against exactly that slice: draft tokens past the stop could
-      never have been committed, so they count neither as drafted nor as rejected;
-    * ``observe_topk`` drops the rows whose input token lies at or after the stop (those rows
-      predict what follows the stop);
-    * after the stop the gate is closed: it forwards nothing and drafts nothing until ``open``.
-
-    Protocol: ``open()`` before feeding prompt tokens (they pass unfiltered, whatever ids they
-    contain), ``arm(stop_ids)`` before generating. Our decoders already stop exactly at stop ids,
-    so in a healthy run the gate filters nothing; it is the safety layer that makes "the index
-    equals the committed stream" hold whatever decoder sits in front of it.
-    """
-
-    _PASS, _ARMED, _CLOSED = "pass", "armed", "closed"
-
-    def __init__(self, inner: DraftSource, *, keep_stop: bool = True) -> None:
-        self.inner = inner
-        self.keep_stop = keep_stop
-        self._stops: frozenset[int] = frozenset()
-        self._state = self._PASS
-        #: Tokens withheld from the index so far (observability for tests and stats).
-        self.dropped = 0
-        # The decoder's policy prices drafts by the wrapped index's confidence; a closed turn drafts nothing.
-        inner_confidence = getattr(inner, "confidence", None)
-        self.confidence = ((lambda: 0 if self._state == self._CLOSED else inner_confidence())
-                           if callable(inner_confidence) else None)
-
-    @property
-    def last_source(self) -> str | None:
-        """The wrapped index's name for the source of its last draft (the policy learns per kind)."""
-        return getattr(self.inner, "last_source", None)
-
-    @property
-    def last_forks(self) -> list[bool] | None:
-        """The wrapped index's fork flags of its last draft (the policy prices forked tokens apart)."""
-        return getattr(self.inner, "last_forks", None)
-
-    @property
-    def wants_topk(self) -> bool:
-        return bool(self.inner.wants_topk)
-
-    @property
-    def state(self) -> str:
-        """``"pass"`` (feeding), ``"armed"`` (generating) or ``"closed"`` (past a stop)."""
-        return self._state
-
-    def open(self) -> None:
-        """Let everything through (prompt feeding); drop any draft a cut-off step left pending."""
-        self._truncate_pending(0)
-        self._state = self._PASS
-
-    def arm(self, stop_ids: Sequence[int]) -> None:
-        """Start filtering a generation that ends at the first token in ``stop_ids``."""
-        self._stops = frozenset(int(t) for t in stop_ids)
-        self._state = self._ARMED
-
-    # -- DraftSource ------------------------------------------------------------------------------
-
-    def suggest(self, context: Sequence[int], budget: int) -> Sequence[int]:
-        if self._state == self._CLOSED:
-            return []  # nothing may follow a stop in this turn
-        return self.inner.suggest(context, budget)
-
-    def observe(self, committed: Sequence[int]) -> None:
-        toks = [int(t) for t in committed]
-        if not toks:
-            return
-        if self._state == self._PASS:
-            self.inner.observe(toks)
-            return
-        keep = 0 if self._state == self._CLOSED else len(toks)
-        if self._state == self._ARMED:
-            for i, t in enumerate(toks):
-                if t in self._stops:
-                    keep = i + 1 if self.keep_stop else i
-                    self._state = self._CLOSED
-                    break
-        if self._state == self._CLOSED:
-            # The draft is scored against what the index learns, never against the trimmed tail.
-            self._truncate_pending(keep)
-        self.dropped += len(toks) - keep
-        if keep:
-            self.inner.observe(toks[:keep])
-
-    def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
-        if self._state == self._CLOSED:
-            return
-        n = len(inputs)
-        if self._state == self._ARMED:
-            # inputs[0] was committed before this step (a prompt token may legitimately be a stop
-            # id); inputs[i >= 1] are this step's tokens, and a row whose input is a stop or later
-            # predicts past the end of the turn.
-            for i in range(1, len(inputs)):
-                if int(inputs[i]) in self._stops:
-                    n = i
-                    break
-        if n:
-            self.inner.observe_topk(list(inputs[:n]), topk[:n])
-
-    def truncate_pending(self, n: int) -> None:
-        """The decoder verifies only ``n`` tokens of the last draft (0: none); forwarded to the index."""
-        self._truncate_pending(n)
-
-    def _truncate_pending(self, n: int) -> None:
-        trunc = getattr(self.inner, "truncate_pending", None)
-        if trunc is not None:
-            trunc(n)
-
-
 # -- stats ------------------------------------------------------------------------------------------
 
 
@@ -261,14 +141,15 @@ class ChatStats:
     last_turn: GenerationStats
     #: Decoder counters over the whole conversation (None without speculation).
     spec: SpecStats | None = None
-    gate: str | None = None
+    #: The drafting policy's summary (None without speculation).
+    policy: str | None = None
     #: Per-source acceptance (conversation, ref0.., recycling); None without speculation.
     sources: CascadeStats | None = None
 
     def __str__(self) -> str:
         lines = [f"turns: {self.turns}  context: {self.committed} tok  last turn: {self.last_turn}"]
         if self.spec is not None:
-            lines.append(f"{self.spec}  {self.gate}")
+            lines.append(f"{self.spec}  {self.policy}")
             lines.append(f"spec sources: {self.sources}")
         return "\n".join(lines)
 

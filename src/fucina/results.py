@@ -63,7 +63,7 @@ class SpeculationReport:
     accepted: int
     committed: int
     #: The drafting policy's summary (verifies chosen, candidates declined, live cost scale), as the CLI's stats line shows it.
-    gate: str
+    policy: str
     sources: tuple[SourceReport, ...]
     level: str
     #: Why the draft source was dropped mid-call (the call went on with plain steps), or None.
@@ -88,7 +88,7 @@ class SpeculationReport:
         return (
             f"spec: steps={self.steps} committed={self.committed} ({self.tokens_per_step:.2f} tok/step) "
             f"verifies={self.verifies} drafted={self.drafted} accepted={self.accepted} "
-            f"({100 * self.acceptance:.0f}% acc)  {self.gate}  level={self.level}"
+            f"({100 * self.acceptance:.0f}% acc)  {self.policy}  level={self.level}"
         )
 
     def sources_line(self) -> str:

@@ -45,7 +45,7 @@ class ChatFake(FakeModel):
 
 #: Speculate on every step: the gate follows live timings, which would make drafting counts vary
 #: from run to run; without it what is drafted depends on the tokens alone.
-NO_GATE = SpecOptions(gate_enabled=False)
+NO_GATE = SpecOptions(verify_all=True)
 
 
 def make_llm(*, speculative: bool = True, chat: bool = True, gate: bool = False, **model_kw: Any) -> LLM:

@@ -153,10 +153,10 @@ def test_speculation_cannot_be_switched_on_at_a_no_spec_server(reference):
 
 @pytest.mark.source_fault_expected
 def test_a_draft_source_that_fails_mid_request_leaves_the_answer_plain(client, reference, monkeypatch):
-    """Injected fault: the cascade raises on its third suggest; the answer still equals plain decoding."""
+    """Injected fault: the cascade raises on its third draft; the answer still equals plain decoding."""
     from fucina.speculative.cascade import SpeculationIndex
 
-    real, calls = SpeculationIndex.suggest, []
+    real, calls = SpeculationIndex.draft, []
 
     def failing(self, context, budget):
         calls.append(budget)
@@ -164,7 +164,7 @@ def test_a_draft_source_that_fails_mid_request_leaves_the_answer_plain(client, r
             raise RuntimeError("reference index corrupted")
         return real(self, context, budget)
 
-    monkeypatch.setattr(SpeculationIndex, "suggest", failing)
+    monkeypatch.setattr(SpeculationIndex, "draft", failing)
     ref = plain(reference, "chat", OTHER, max_tokens=40, temperature=0)
     r = client.chat.completions.create(model=MODEL, messages=OTHER, max_tokens=40, temperature=0,
                                        prediction={"type": "content", "content": ref.text})

@@ -9,16 +9,16 @@ from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, Inval
                            TooManyReferences)
 from fucina.speculative.cascade import (CascadeOptions, CascadeStats, SourceStats,
                                         SpeculationIndex)
-from fucina.speculative.source import DraftSource
+from fucina.speculative.source import NO_DRAFT, Draft, DraftSource
 
 V = 1000
 
 
 def design(**kw) -> CascadeOptions:
-    """The design record's selection constants, now opt-in: the confidence budget beta = 2, SAM
-    matches from 2 tokens, per-source muting below 20%, and no ``resume`` source (it came later;
-    tests/speculative/test_resume.py). Most tests here exercise those mechanisms."""
-    return CascadeOptions(**{"beta": 2, "min_match": 2, "mute_below": 0.2, "resume": False, **kw})
+    """The design record's selection constants that remain options: SAM matches from 2 tokens and no
+    ``resume`` source (it came later; tests/speculative/test_resume.py). Most tests here exercise the
+    fall-through to recycling they make visible."""
+    return CascadeOptions(**{"min_match": 2, "resume": False, **kw})
 
 
 NO_RECYCLING = design(recycling=False)
@@ -49,7 +49,7 @@ def test_tie_between_conversation_and_reference_goes_to_conversation():
     # Both match the suffix [1, 2] (length 2): the live stream's continuation wins.
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[1, 2, 40, 41, 42, 43, 44, 45]])
     assert idx.conversation.match_len() == 2 and idx._refs[0].cursor.match_len() == 2
-    assert idx.suggest(ctx(idx), 16) == [3, 4, 5, 6, 7, 8]
+    assert idx.suggest(ctx(idx), 6) == [3, 4, 5, 6, 7, 8]
     assert idx.last_source == "conversation"
 
 
@@ -85,29 +85,12 @@ def test_dead_end_winner_yields_to_next_candidate():
 
 # -- budget -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("match", [2, 3, 4, 5, 6, 7, 8])
-def test_budget_grows_with_match_len(match):
-    # A long reference [10..59]; after committing its first `match` tokens the draft is
-    # beta * (1 + match) = 2 * (1 + match) tokens, capped by the caller's budget of 16.
-    ref = list(range(10, 60))
-    idx = index(ref[:match], refs=[ref])
-    draft = idx.suggest(ctx(idx), 16)
-    assert draft == ref[match: match + min(16, 2 * (1 + match))]
-
-
 def test_caller_budget_caps_the_draft():
-    # match 6 allows 14 tokens, the caller asks for 5; a zero budget drafts nothing.
+    # The SAM would draft to the end of the reference, the caller asks for 5; a zero budget drafts nothing.
     ref = list(range(10, 60))
     idx = index(ref[:6], refs=[ref])
     assert idx.suggest(ctx(idx), 5) == ref[6:11]
     assert idx.suggest(ctx(idx), 0) == [] and idx.last_source is None
-
-
-def test_beta_option_scales_the_budget():
-    # beta = 3 with match 2 -> 9 tokens.
-    ref = list(range(10, 60))
-    idx = index(ref[:2], refs=[ref], options=design(beta=3))
-    assert idx.suggest(ctx(idx), 16) == ref[2:11]
 
 
 # -- fall-through ---------------------------------------------------------------------------------------
@@ -122,7 +105,7 @@ def test_match_below_min_match_falls_through_to_recycling():
 
 
 def test_min_match_one_lets_the_conversation_draft():
-    # Same stream with min_match = 1: the single-token match drafts (budget 2 * (1 + 1) = 4).
+    # Same stream with min_match = 1: the single-token match drafts.
     idx = index([1, 2, 3, 1], options=design(min_match=1))
     draft = idx.suggest(ctx(idx), 16)
     assert idx.last_source == "conversation" and draft and draft == [2, 3, 1][: len(draft)]
@@ -156,7 +139,7 @@ def test_observe_topk_feeds_recycling():
 def _drafted_index():
     # The conversation drafts [3, 4, 5, 6, 7, 8] (match [1, 2], budget 6).
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], options=NO_RECYCLING)
-    assert idx.suggest(ctx(idx), 16) == [3, 4, 5, 6, 7, 8]
+    assert idx.suggest(ctx(idx), 6) == [3, 4, 5, 6, 7, 8]
     return idx
 
 
@@ -203,64 +186,8 @@ def test_pending_is_settled_once():
     assert (idx.stats()["conversation"].accepted, idx.stats()["conversation"].drafted) == (1, 6)
 
 
-# -- muting ------------------------------------------------------------------------------------------------
-
-def _step(idx: SpeculationIndex, token: int) -> str | None:
-    # One decoder step that rejects the draft and commits a single token.
-    idx.suggest(ctx(idx), 16)
-    source = idx.last_source
-    idx.observe([token])
-    return source
-
-
-def _pattern_token(stream, fresh) -> int:
-    # The stream (A B x_i)* with A = 1, B = 2 and a never-seen x_i after every "A B".
-    if list(stream[-2:]) == [1, 2]:
-        return next(fresh)
-    return 2 if len(stream) and stream[-1] == 1 else 1
-
-
-def test_bad_conversation_is_muted_then_reprobed_with_default_constants():
-    # At every "A B" the conversation drafts the previous x_i and is wrong. A full 64-token
-    # window at 0% mutes it; it sits out 128 committed tokens while its SAM keeps growing, then
-    # drafts again; one bad draft on the fresh window does not re-mute it.
-    idx = SpeculationIndex(V, NO_RECYCLING)
-    fresh = iter(range(100, V))
-
-    def step() -> str | None:
-        return _step(idx, _pattern_token(idx.conversation.tokens, fresh))
-
-    while not idx.stats()["conversation"].muted:
-        assert idx.stats()["conversation"].drafted < 64  # never muted on a partial window
-        step()
-    assert idx.stats()["conversation"].drafted >= 64
-    sam_len = len(idx.conversation)
-    sources = [step() for _ in range(128)]
-    assert "conversation" not in sources
-    assert len(idx.conversation) == sam_len + 128
-    while list(idx.conversation.tokens[-2:]) != [1, 2]:
-        step()
-    assert step() == "conversation"
-    assert not idx.stats()["conversation"].muted
-
-
-def test_muted_reference_keeps_feeding_its_cursor():
-    # ref0 drafts [3..8] after [1, 2] and is wrong (9): with a 4-token window it is muted for 3
-    # committed tokens. Tokens [1, 2, 3] arrive while it is muted; at the re-probe its cursor has
-    # seen them and matches [1, 2, 3] at once.
-    opts = design(recycling=False, mute_window=4, mute_for=3)
-    idx = index([1, 2], refs=[[1, 2, 3, 4, 5, 6, 7, 8, 20, 21]], options=opts)
-    assert idx.suggest(ctx(idx), 16) == [3, 4, 5, 6, 7, 8]
-    idx.observe([9])
-    assert idx.stats()["ref0"].muted and idx.suggest(ctx(idx), 16) == []
-    idx.observe([1, 2, 3])
-    assert not idx.stats()["ref0"].muted
-    assert idx._refs[0].cursor.match_len() == 3
-    assert idx.suggest(ctx(idx), 16)[:2] == [4, 5] and idx.last_source == "ref0"
-
-
-def test_good_source_is_not_muted():
-    # Copying a document: the reference is always right, its window fills at 100%.
+def test_copying_a_document_accepts_every_drafted_token():
+    # Copying a document: the reference is always right, every drafted token is accepted.
     ref = list(range(10, 400))
     idx = index(ref[:2], refs=[ref], options=NO_RECYCLING)
     while idx.n_committed < len(ref) - 1:
@@ -268,7 +195,7 @@ def test_good_source_is_not_muted():
         n = idx.n_committed
         idx.observe(ref[n: n + len(d) + 1])
     s = idx.stats()["ref0"]
-    assert s.drafted >= 64 and s.accepted == s.drafted and not s.muted
+    assert s.drafted >= 64 and s.accepted == s.drafted
 
 
 # -- references -------------------------------------------------------------------------------------------
@@ -319,9 +246,7 @@ def test_observe_rejects_out_of_vocab_ids_atomically():
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"beta": 0}, {"beta": 2.5}, {"min_match": 0}, {"max_references": -1}, {"mute_window": 0},
-    {"mute_below": 1.5}, {"mute_below": -0.1}, {"mute_for": 0}, {"recycling_k": 0},
-    {"recycling_max_chain": 0}])
+    {"min_match": 0}, {"max_references": -1}, {"recycling_k": 0}, {"recycling_max_chain": 0}])
 def test_invalid_options(kwargs):
     # Each out-of-range policy constant fails at construction.
     with pytest.raises(InvalidOption):
@@ -331,10 +256,10 @@ def test_invalid_options(kwargs):
 # -- stats ------------------------------------------------------------------------------------------------
 
 def test_stats_string_format():
-    # The one-line summary: "name accepted/drafted", " [muted]" after muted sources.
-    stats = CascadeStats((SourceStats("conversation", 41, 52, False), SourceStats("ref0", 10, 30, False),
-                          SourceStats("recycling", 3, 20, True)))
-    assert str(stats) == "conversation 41/52 ref0 10/30 recycling 3/20 [muted]"
+    # The one-line summary: "name accepted/drafted" per source.
+    stats = CascadeStats((SourceStats("conversation", 41, 52), SourceStats("ref0", 10, 30),
+                          SourceStats("recycling", 3, 20)))
+    assert str(stats) == "conversation 41/52 ref0 10/30 recycling 3/20"
     assert stats["ref0"].acceptance == pytest.approx(1 / 3)
 
 
@@ -342,7 +267,7 @@ def test_live_stats_count_per_source():
     # The conversation drafts [3, 4, 5, 6, 7, 8] and 2 are accepted; the stream then ends in an
     # unseen token (99), so recycling drafts nothing and stays 0/0; ref0 never matches.
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[70, 71]])
-    idx.suggest(ctx(idx), 16)
+    idx.suggest(ctx(idx), 6)
     idx.observe([3, 4, 99])
     assert idx.suggest(ctx(idx), 16) == []
     assert str(idx.stats()) == "conversation 2/6 ref0 0/0 recycling 0/0"
@@ -374,24 +299,27 @@ def test_confidence_is_the_match_behind_the_next_draft():
     assert SpeculationIndex(V).confidence() == 0
 
 
-def test_confidence_ignores_muted_sources():
-    idx = index([1, 2, 3, 9, 1, 2], options=design(mute_window=1, recycling=False))
-    assert idx.confidence() == 2
-    assert idx.suggest(ctx(idx), 16) == [3, 9, 1, 2]
-    idx.observe([7])  # wrong: a 1-token window at 0% mutes the conversation
-    assert idx.stats()["conversation"].muted and idx.confidence() == 0
+def test_draft_is_one_offer_of_tokens_confidence_kind_and_forks():
+    # What the decoder reads: one Draft; suggest, last_source and last_forks are views of it.
+    idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])
+    offer = idx.draft(ctx(idx), 16)
+    assert offer == Draft((40, 41, 42), confidence=3, kind="ref0", forks=offer.forks)
+    assert offer.forks is not None and len(offer.forks) == 3
+    assert idx.suggest(ctx(idx), 16) == list(offer.tokens)
+    assert idx.last_source == offer.kind and idx.last_forks == list(offer.forks)
+    assert idx.draft(ctx(idx), 0) == NO_DRAFT and idx.last_source is None
 
 
 # -- the defaults the drafting policy runs on ---------------------------------------------------------
 
-def test_defaults_draft_the_whole_budget_from_one_token_matches_and_never_mute():
+def test_defaults_draft_the_whole_budget_from_one_token_matches_and_never_stop_drafting():
     """The policy (fucina.speculative.policy) chooses how much to verify, so the cascade offers the
-    whole budget, drafts from 1-token matches, and mutes nothing."""
+    whole budget, drafts from 1-token matches, and keeps drafting from a source that is always wrong."""
     idx = SpeculationIndex(V, CascadeOptions(recycling=False))
     idx.observe([1, 2, 3, 4, 5, 6, 7, 8, 9, 1])
     assert idx.confidence() == 1
-    assert idx.suggest(ctx(idx), 16) == [2, 3, 4, 5, 6, 7, 8, 9, 1]  # no beta * (1 + match) cap
-    for _ in range(40):  # every draft wrong: the window would have muted it under the old default
+    assert idx.suggest(ctx(idx), 16) == [2, 3, 4, 5, 6, 7, 8, 9, 1]  # no cap by match length
+    for _ in range(40):  # every draft wrong: the old rolling window would have muted the source
         d = idx.suggest(ctx(idx), 4)
         idx.observe([999 - (d[0] if d else 0) % 7])
-    assert not idx.stats()["conversation"].muted and idx.stats()["conversation"].drafted > 64
+    assert idx.stats()["conversation"].drafted > 64

@@ -16,6 +16,7 @@ from fucina.speculative.costs import CostTable
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
 from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.scripted import ScriptedSource
+from fucina.speculative.source import Draft
 
 GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=7)
@@ -46,11 +47,11 @@ def plain_run(opts, n=96, seed=0, prompt_text=None, hook=None):
     return prompt, list(d.generate(n)), d
 
 
-def spec_run(opts, stream, mode, n=96, seed=0, prompt_text=None, policy=None, hook=None, gate_enabled=False):
+def spec_run(opts, stream, mode, n=96, seed=0, prompt_text=None, policy=None, hook=None, verify_all=True):
     m = FakeModel(seed=seed)
     prompt = prompt_of(m) if prompt_text is None else m.tokenize(prompt_text)
     src = ScriptedSource(stream, m.vocab_size, mode, seed=5)
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=policy or PolicyOptions(), gate_enabled=gate_enabled),
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=policy or PolicyOptions(), verify_all=verify_all),
                            cost_table=CHEAP, row_hook=hook)
     d.feed(prompt)
     return list(d.generate(n)), d
@@ -105,7 +106,7 @@ def test_3_penalties_see_the_hypothetical_prefix():
 
     m = FakeModel(seed=0)
     d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(PENALIZED),
-                           SpecOptions(gate_enabled=False), cost_table=CHEAP, row_hook=hook)
+                           SpecOptions(verify_all=True), cost_table=CHEAP, row_hook=hook)
     holder["d"] = d
     d.feed(prompt)
     assert list(d.generate(96)) == plain
@@ -133,7 +134,7 @@ def test_4b_exception_in_verify_forward_leaves_committed_cache():
     prompt, plain, _ = plain_run(GREEDY, n=40)
     m = FakeModel(seed=0)
     d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(GREEDY),
-                           SpecOptions(gate_enabled=False), cost_table=CHEAP)
+                           SpecOptions(verify_all=True), cost_table=CHEAP)
     d.feed(prompt)
     it = d.generate(40)
     got = [next(it) for _ in range(5)]
@@ -162,7 +163,7 @@ def test_4c_exception_in_sampler_mid_verify_rolls_back():
             raise KeyboardInterrupt
 
     d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(GREEDY),
-                           SpecOptions(gate_enabled=False), cost_table=CHEAP, row_hook=hook)
+                           SpecOptions(verify_all=True), cost_table=CHEAP, row_hook=hook)
     d.feed(prompt)
     out = []
     with pytest.raises(KeyboardInterrupt):
@@ -178,7 +179,7 @@ def test_stops_end_inside_a_verify_batch(opts):
     first = plain.index(stop)
     m = FakeModel(seed=0)
     src = ScriptedSource(prompt + plain, m.vocab_size)  # perfect: the stop arrives mid-draft
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(verify_all=True), cost_table=CHEAP)
     p = PlainDecoder(FakeModel(seed=0), Sampler(opts))
     d.feed(prompt)
     p.feed(prompt)
@@ -207,8 +208,8 @@ class Phased(ScriptedSource):
         self.mode = "perfect" if self._calls % (self.good + self.bad) < self.good else "garbage"
         return super().suggest(context, budget)
 
-    def confidence(self) -> int:
-        return 8
+    def draft(self, context, budget):
+        return Draft(super().draft(context, budget).tokens, confidence=8)
 
 
 @pytest.mark.parametrize("opts", [GREEDY, SAMPLED, PENALIZED], ids=["greedy", "sampled", "penalized"])
@@ -265,7 +266,7 @@ def test_topk_rows_only_for_committed_inputs():
 
     m = FakeModel(seed=0)
     src = Spy(prompt + plain, m.vocab_size, "partial", seed=1)
-    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(verify_all=True), cost_table=CHEAP)
     d.feed(prompt)
     out = list(d.generate(50))
     assert out == plain
@@ -295,9 +296,9 @@ class FailingSource(ScriptedSource):
             if self.calls >= self.after:
                 raise self.exc
 
-    def suggest(self, context, budget):
-        self._tick("suggest")
-        return super().suggest(context, budget)
+    def draft(self, context, budget):
+        self._tick("draft")
+        return Draft(super().draft(context, budget).tokens, confidence=8)
 
     def observe(self, committed):
         self._tick("observe")
@@ -307,20 +308,16 @@ class FailingSource(ScriptedSource):
         self._tick("observe_topk")
         super().observe_topk(inputs, topk)
 
-    def confidence(self) -> int:
-        self._tick("confidence")
-        return 8
-
 
 @pytest.mark.source_fault_expected
 @pytest.mark.parametrize("opts", [GREEDY, SAMPLED, PENALIZED], ids=["greedy", "sampled", "penalized"])
-@pytest.mark.parametrize("method", ["suggest", "observe", "observe_topk", "confidence"])
+@pytest.mark.parametrize("method", ["draft", "observe", "observe_topk"])
 def test_6_a_source_that_raises_mid_generation_is_dropped_and_the_stream_is_plain(opts, method):
     prompt, plain, _ = plain_run(opts)
     m = FakeModel(seed=0)
     # observe is called once by feed(): let the fault come later, after some verifies succeeded.
     src = FailingSource(prompt + plain, m.vocab_size, "perfect", seed=5, method=method, after=4)
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(verify_all=True), cost_table=CHEAP)
     d.feed(m.tokenize("the cat sat on the mat. the cat sat on the "))
     out = list(d.generate(96))
     assert out == plain
@@ -332,8 +329,8 @@ def test_6_a_source_that_raises_mid_generation_is_dropped_and_the_stream_is_plai
 
 def test_6b_interrupts_are_not_swallowed():
     m = FakeModel(seed=0)
-    src = FailingSource([], m.vocab_size, "perfect", method="suggest", after=1, exc=KeyboardInterrupt())
-    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(gate_enabled=False), cost_table=CHEAP)
+    src = FailingSource([], m.vocab_size, "perfect", method="draft", after=1, exc=KeyboardInterrupt())
+    d = SpeculativeDecoder(m, src, Sampler(GREEDY), SpecOptions(verify_all=True), cost_table=CHEAP)
     d.feed(prompt_of(m))
     with pytest.raises(KeyboardInterrupt):
         list(d.generate(8))

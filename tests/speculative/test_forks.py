@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fucina.backends.fake import FakeModel
-from fucina.chat import TurnGate
 from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
@@ -21,6 +20,8 @@ from fucina.speculative.policy import (N_BUCKETS, PRIOR_FORKED, PRIOR_UNIQUE, Dr
                                        e_label, token_bucket)
 from fucina.speculative.sam import SamIndex, draft_forks
 from fucina.speculative.scripted import ScriptedSource
+from fucina.speculative.source import Draft
+from fucina.speculative.turn_gate import TurnGate
 from tests.strategies import any_token_streams, reference_and_query
 
 PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -101,32 +102,28 @@ def test_forked_drafts_are_priced_below_unique_ones():
 def test_the_cascade_reports_the_drafting_sources_forks():
     idx = SpeculationIndex(100, CascadeOptions(recycling=True))
     idx.observe([1, 2, 3, 1, 2, 4, 1])
-    assert idx.suggest([], 2) == [2, 4] and idx.last_forks == [False, True]
+    offer = idx.draft([], 2)
+    assert offer.tokens == (2, 4) and offer.forks == (False, True)
+    assert idx.last_forks == [False, True]  # the replay tool's view of the same offer
     gate = TurnGate(idx)
-    assert gate.last_forks == [False, True]
+    assert gate.draft([], 2).forks == (False, True)
     fresh = SpeculationIndex(100, CascadeOptions(recycling=True))
     fresh.observe([7, 8])
-    fresh.suggest([7, 8], 4)  # no SAM match: recycling (or nothing) drafts, without fork flags
-    assert fresh.last_forks is None
+    # no SAM match: recycling (or nothing) drafts, without fork flags
+    assert fresh.draft([7, 8], 4).forks is None and fresh.last_forks is None
     ref = SpeculationIndex(100, CascadeOptions(recycling=False))
     ref.add_reference([5, 6, 7, 5, 6, 8, 9])
     ref.observe([5, 6])  # [5, 6] went on as 7 and as 8 in the reference; [5, 6, 8] as 9 only
-    assert ref.suggest([5, 6], 3) == [8, 9] and ref.last_source == "ref0" and ref.last_forks == [True, False]
+    offer = ref.draft([5, 6], 3)
+    assert offer.tokens == (8, 9) and offer.kind == "ref0" and offer.forks == (True, False)
 
 
 class ForkingSource(ScriptedSource):
     """A perfect scripted source that says its odd draft tokens were forks."""
 
-    last_source = "conversation"
-    last_forks: list[bool] | None = None
-
-    def confidence(self) -> int:
-        return 4
-
-    def suggest(self, context, budget):
-        draft = super().suggest(context, budget)
-        self.last_forks = [j % 2 == 1 for j in range(len(draft))]
-        return draft
+    def draft(self, context, budget):
+        tokens = super().draft(context, budget).tokens
+        return Draft(tokens, confidence=4, kind="conversation", forks=[j % 2 == 1 for j in range(len(tokens))])
 
 
 def forking_run(n: int = 40) -> tuple[SpeculativeDecoder, list[int], list[int]]:
@@ -154,4 +151,5 @@ def test_the_decoder_hands_the_forks_to_the_policy_and_stays_lossless():
 def test_forks_off_reports_none():
     idx = SpeculationIndex(100, CascadeOptions(recycling=False, forks=False))
     idx.observe([1, 2, 3, 1, 2, 4, 1])
-    assert idx.suggest([], 2) == [2, 4] and idx.last_forks is None
+    offer = idx.draft([], 2)
+    assert offer.tokens == (2, 4) and offer.forks is None and idx.last_forks is None

@@ -85,7 +85,7 @@ def test_decoding_with_resume_drafts_is_lossless(opts, seed):
     plain.feed(prompt)
     expected = list(plain.generate(48))
     idx = SpeculationIndex(m.vocab_size, CascadeOptions(recycling=False))
-    d = SpeculativeDecoder(m, idx, Sampler(opts), SpecOptions(gate_enabled=False), cost_table=FREE)
+    d = SpeculativeDecoder(m, idx, Sampler(opts), SpecOptions(verify_all=True), cost_table=FREE)
     d.feed(prompt)
     assert list(d.generate(48)) == expected
     if opts.temperature == 0:

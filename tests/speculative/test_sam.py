@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from fucina.errors import (FucinaError, InvalidToken, SamFrozen, SamIntegrityError,
                            SamNotFrozen)
 from fucina.speculative import sam as sam_module
-from fucina.speculative.sam import REFRESH_DEPTH, SamCursor, SamIndex, SamStats
+from fucina.speculative.sam import REFRESH_DEPTH, SamIndex, SamStats
+from fucina.speculative.sam_cursor import SamCursor
 from tests.strategies import (ALPHABETS, Alphabet, StreamSpec, any_token_streams,
                               distinct_edit_streams, reference_and_query, token_streams)
 

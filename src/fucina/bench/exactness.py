@@ -109,7 +109,7 @@ def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", exp
     else:  # scripted adversaries drafting around the plain run's own continuation
         src = ScriptedSource(list(prompt) + list(expected), model.vocab_size, source, seed=1)
     d = SpeculativeDecoder(model, src, Sampler(opts),
-                           SpecOptions(policy=PolicyOptions(max_draft=max_draft), gate_enabled=False), cost_table=table)
+                           SpecOptions(policy=PolicyOptions(max_draft=max_draft), verify_all=True), cost_table=table)
     d.feed(prompt)
     out = list(d.generate(n, stops))
     return out, d.stats

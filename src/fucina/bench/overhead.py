@@ -5,7 +5,7 @@ with wall-clock timers around each component the decoder calls:
 
 * ``forward``  — the model's ``forward_step`` / ``forward_step_all_logits`` (llama.cpp, incl. its logits copy);
 * ``sample``   — ``Sampler.sample`` (one call per sampled row);
-* ``index``    — the draft source: ``suggest``, ``observe``, ``observe_topk``, ``confidence``;
+* ``index``    — the draft source: ``draft`` (selection and confidence), ``observe``, ``observe_topk``;
 * ``policy`` — the drafting policy's decisions and candidate scoring;
 * ``other``    — the rest of the generation wall time: the decoder loop itself, ``topk_rows``, slicing.
 
@@ -76,7 +76,7 @@ def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, in
             decoder = PlainDecoder(model, sampler)
         else:
             source = spec_source(model, "fucina", prepared.refs, [], cost_table)
-            for name in ("suggest", "observe", "observe_topk", "confidence"):
+            for name in ("draft", "observe", "observe_topk"):
                 timers.wrap(source, name, "index")
             decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
             for name in ("choose", "observe", "record_verify", "record_plain"):

@@ -34,6 +34,7 @@ METHOD_LEGEND: dict[str, str] = {
     "peer": "llama-cpp-python LlamaPromptLookupDecoding, default settings (max_ngram_size=2, num_pred_tokens=10)",
     "peer_n2": "llama-cpp-python LlamaPromptLookupDecoding(num_pred_tokens=2)",
     "sam_only": "ablation: conversation SAM only (no references, no recycling), policy on: prompt-lookup-like",
+    # The method keeps its old name (saved result files use it); it runs SpecOptions(verify_all=True).
     "gate_open": "ablation: full cascade + references with the policy forced open (verify every candidate)",
     "match_only": "ablation: full cascade + references, the policy pricing drafts on match length alone "
                   "(no fork flags, no resume source, sampled and greedy calls learned together: the policy "

@@ -439,7 +439,7 @@ def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_str
             pol = match_only(CascadeOptions(), pol)[1]
         elif method == "no_pieces":
             pol = replace(pol, word_pieces=False)
-        opts = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
+        opts = SpecOptions(policy=pol, verify_all=method == "gate_open")
         decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
                                      cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
     setup = clock() - s0

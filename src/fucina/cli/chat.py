@@ -83,7 +83,7 @@ def _scripted(conv, prompts: list[str]) -> int:
         print(str(conv.stats().last_turn), file=sys.stderr)
     stats = conv.stats()
     if stats.spec is not None:
-        print(f"{stats.spec}  {stats.gate}", file=sys.stderr)
+        print(f"{stats.spec}  {stats.policy}", file=sys.stderr)
         print(f"spec sources: {stats.sources}", file=sys.stderr)
     return 0
 

@@ -71,13 +71,14 @@ def add_sampling_args(p: argparse.ArgumentParser, defaults: dict[str, float] = G
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
-    """--spec, --spec-ref, --cost-table, --no-gate."""
+    """--spec, --spec-ref, --cost-table, --verify-all."""
     g = p.add_argument_group("speculation")
     g.add_argument("--spec", action="store_true", help="lossless speculative decoding")
     g.add_argument("--spec-ref", action="append", default=[], metavar="FILE",
                    help="reference document to draft from (repeatable, up to 8; implies --spec)")
     g.add_argument("--cost-table", metavar="FILE", help="verify cost table (JSON from `fucina spec-bench --out`)")
-    g.add_argument("--no-gate", action="store_true", help="speculate on every step (ablation)")
+    g.add_argument("--verify-all", action="store_true",
+                   help="verify every draft instead of the policy's choice (ablation)")
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def llm_from_args(args: argparse.Namespace, *, speculative: bool = False, **extr
         from fucina.speculative.core import SpecOptions
 
         options.update(cost_table=getattr(args, "cost_table", None),
-                       spec_options=SpecOptions(gate_enabled=not getattr(args, "no_gate", False)))
+                       spec_options=SpecOptions(verify_all=getattr(args, "verify_all", False)))
     options.update(extra)
     return LLM(args.model, speculative=speculative, **options)
 

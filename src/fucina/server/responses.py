@@ -92,7 +92,7 @@ class Record:
             steps=s.steps, verifies=s.verifies, drafted=s.drafted, accepted=s.accepted, committed=s.committed,
             acceptance=round(s.acceptance, 4))
         if self.call.stats and s is not None:
-            spec.update(gate=s.gate, sources=[t.SourceStats(name=r.name, drafted=r.drafted, accepted=r.accepted)
+            spec.update(gate=s.policy, sources=[t.SourceStats(name=r.name, drafted=r.drafted, accepted=r.accepted)
                                               for r in s.sources])
         if s is not None and s.source_fault is not None:
             spec.update(source_fault=s.source_fault)

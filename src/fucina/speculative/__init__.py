@@ -1,4 +1,5 @@
-"""Backend-free speculative layers: draft sources, indexes, the decoder and its gate.
+"""Backend-free speculative layers: the draft contract, the draft sources and indexes, the drafting
+policy and the decoder.
 
 Nothing in this package imports a backend or llama_cpp (a test enforces it).
 """

@@ -10,37 +10,35 @@ Sources, in tie-break order:
    (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
 4. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
    at all), the copy it broke continued one token on: the text after the token the previous
-   match was followed by, as when a copied line gets one new word (``resume``, on by default);
-5. ``recycling`` — the Token-Recycling chain walk, used when no SAM matches well enough.
+   match was followed by, as when a copied line gets one new word (:mod:`fucina.speculative.resume`,
+   on by default);
+5. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), used when
+   no SAM matches well enough.
 
-Selection: every unmuted SAM source reports its match length; the longest match drafts (ties go
-to the conversation, whose recency beats a static document, then to the first-added reference)
-the whole budget the caller asks for: how much of it is worth verifying is the decoder's policy
-(:mod:`fucina.speculative.policy`), which prices the draft by this match length
-(:meth:`SpeculationIndex.confidence`) and the acceptance it has measured. Matches shorter than
-``min_match`` fall through to recycling; an unseen recycling row drafts nothing and the decoder
-takes a plain step. Drafting from a 1-token match is on by default: on the dev agent traces it
-raises the tokens a step could commit from 1.8 to 2.1 (``python -m fucina.bench.replay``), and
-the policy declines such drafts wherever they do not pay.
+Selection: every SAM source reports its match length; the longest match drafts (ties go to the
+conversation, whose recency beats a static document, then to the first-added reference) the whole
+budget the caller asks for: how much of it is worth verifying is the decoder's policy
+(:mod:`fucina.speculative.policy`), which prices the draft by this match length (the offer's
+``confidence``, :meth:`SpeculationIndex.confidence`) and the acceptance it has measured per kind.
+Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
+nothing and the decoder takes a plain step. Drafting from a 1-token match is on by default: on the
+dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
+(``python -m fucina.bench.replay``), and the policy declines such drafts wherever they do not pay.
 
-Optional, off by default (``beta``, ``mute_below``): the design record's confidence budget
-``min(budget, beta * (1 + match_len))`` and per-source muting (a rolling window over the last
-``mute_window`` drafted tokens; a full window below ``mute_below`` acceptance mutes the source for
-``mute_for`` committed tokens, then a re-probe). The policy supersedes both: a muted source was
-muted exactly when a long copy began (bimodal acceptance on agent work). Muted sources keep
-observing so they are in sync at the re-probe.
+Each step's offer is one :class:`~fucina.speculative.source.Draft`: tokens, confidence, the kind
+(the name of the source that drafted) and the SAM's fork flags.
 
-Acceptance is inferred at the suggest -> observe seam: the draft of the last ``suggest`` is
-compared with the slice passed to the next non-empty ``observe``; accepted = their longest common
-prefix, drafted = the draft's length. This only steers selection; losslessness never depends on
-it. ``context`` passed to ``suggest`` must be the observed stream (the decoder guarantees it): the
-SAM sources draft from their own copy of it, recycling walks from ``context[-1]``.
+Acceptance is inferred at the draft -> observe seam: the tokens of the last ``draft`` (or
+``suggest``) are compared with the slice passed to the next non-empty ``observe``; accepted =
+their longest common prefix, drafted = the draft's length (cut by ``truncate_pending``). These
+per-source counts are statistics only; losslessness never depends on them. ``context`` passed
+to ``draft`` must be the observed stream (the decoder guarantees it): the SAM sources draft from
+their own copy of it, recycling walks from ``context[-1]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -50,7 +48,10 @@ from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, Inval
                            TooManyReferences)
 from fucina.speculative.costs import CostTable
 from fucina.speculative.recycling import Recycling
-from fucina.speculative.sam import SamCursor, SamIndex
+from fucina.speculative.resume import Resume
+from fucina.speculative.sam import SamIndex
+from fucina.speculative.sam_cursor import SamCursor
+from fucina.speculative.source import NO_DRAFT, Draft
 
 __all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", "options_for_costs"]
 
@@ -65,7 +66,7 @@ def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) ->
 
     A recycling chain of k tokens breaks even at acceptance (cost(k+1) - 1) / k. On CPUs where a
     verify costs nearly as much as k plain steps that is >= 20%, far above what recycling reaches,
-    so its drafts would only feed the gate losses (and trip it for the sources that do pay). Where
+    so its drafts would only be declined by the policy (or, verified, cost more than they commit). Where
     verifies are cheap (a GPU-like table) recycling stays on, as the design intends.
     """
     base = base if base is not None else CascadeOptions()
@@ -78,23 +79,15 @@ def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) ->
 class CascadeOptions:
     """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
 
-    #: Optional draft cap per unit of confidence: budget = beta * (1 + match_len); None = no cap.
-    beta: int | None = None
     #: SAM matches shorter than this fall through to recycling.
     min_match: int = 1
     #: Most reference documents one index holds.
     max_references: int = 8
-    #: Drafted tokens in each source's rolling acceptance window.
-    mute_window: int = 64
-    #: A full window with acceptance strictly below this mutes the source (0 = never: the default).
-    mute_below: float = 0.0
-    #: Committed tokens a muted source sits out before its re-probe.
-    mute_for: int = 128
     #: Offer the ``resume`` candidate after a never-seen token (priced by the policy as its own
     #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
     #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
     resume: bool = True
-    #: Report each SAM draft's fork flags (``last_forks``), so the policy prices a token the text
+    #: Report each SAM draft's fork flags (``Draft.forks``), so the policy prices a token the text
     #: continued several ways apart from one it continued one way only; False: priced on the
     #: match length alone (the ablation ``fucina bench --methods match_only``).
     forks: bool = True
@@ -106,17 +99,12 @@ class CascadeOptions:
     recycling_max_chain: int = 8
 
     def __post_init__(self) -> None:
-        if self.beta is not None and (not isinstance(self.beta, int) or isinstance(self.beta, bool) or self.beta < 1):
-            raise InvalidOption(f"beta must be None or an int >= 1, got {self.beta!r}")
-        for name in ("min_match", "mute_window", "mute_for", "recycling_k",
-                     "recycling_max_chain"):
+        for name in ("min_match", "recycling_k", "recycling_max_chain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidOption(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(self.max_references, int) or self.max_references < 0:
             raise InvalidOption(f"max_references must be >= 0, got {self.max_references}")
-        if not 0.0 <= self.mute_below <= 1.0:
-            raise InvalidOption(f"mute_below must be in [0, 1], got {self.mute_below}")
 
 
 @dataclass(frozen=True)
@@ -126,7 +114,6 @@ class SourceStats:
     name: str
     accepted: int
     drafted: int
-    muted: bool
 
     @property
     def acceptance(self) -> float:
@@ -134,12 +121,12 @@ class SourceStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     def __str__(self) -> str:
-        return f"{self.name} {self.accepted}/{self.drafted}" + (" [muted]" if self.muted else "")
+        return f"{self.name} {self.accepted}/{self.drafted}"
 
 
 @dataclass(frozen=True)
 class CascadeStats:
-    """Per-source statistics, in tie-break order (conversation, references, recycling)."""
+    """Per-source statistics, in tie-break order (conversation, references, cross-request, resume, recycling)."""
 
     sources: tuple[SourceStats, ...]
 
@@ -169,56 +156,33 @@ class _Snapshot(Protocol):
     def cursor(self) -> _Cursor: ...
 
 
-class _Gate:
-    """One source's lifetime counts, rolling window and mute state."""
+@dataclass
+class _Score:
+    """One source's lifetime counts of its verified draft tokens."""
 
-    def __init__(self, name: str, window: int) -> None:
-        self.name = name
-        self.accepted = 0
-        self.drafted = 0
-        self._window: deque[bool] = deque(maxlen=window)
-        self._window_hits = 0
-        self._muted_until: int | None = None
+    name: str
+    accepted: int = 0
+    drafted: int = 0
 
-    def muted(self, now: int) -> bool:
-        if self._muted_until is not None and now >= self._muted_until:
-            self._muted_until = None  # re-probe; the window was emptied when muting
-        return self._muted_until is not None
-
-    def record(self, accepted: int, drafted: int, now: int, opts: CascadeOptions) -> None:
-        self.accepted += accepted
-        self.drafted += drafted
-        win = self._window
-        for i in range(drafted):
-            hit = i < accepted
-            if len(win) == win.maxlen:
-                self._window_hits -= win[0]
-            win.append(hit)
-            self._window_hits += hit
-        if len(win) == win.maxlen and self._window_hits < opts.mute_below * len(win):
-            self._muted_until = now + opts.mute_for
-            win.clear()
-            self._window_hits = 0
-
-    def stats(self, now: int) -> SourceStats:
-        return SourceStats(self.name, self.accepted, self.drafted, self.muted(now))
+    def stats(self) -> SourceStats:
+        return SourceStats(self.name, self.accepted, self.drafted)
 
 
 @dataclass
 class _Reference:
     sam: SamIndex | _Snapshot  # kept alive (and unchanged) while this conversation drafts from it
     cursor: SamCursor | _Cursor
-    gate: _Gate
+    score: _Score
 
 
 @dataclass
 class _Pending:
-    gate: _Gate
+    score: _Score
     draft: list[int]
 
 
 class SpeculationIndex:
-    """The cascade draft source: conversation SAM, reference SAMs, recycling fallback."""
+    """The cascade draft source: conversation SAM, reference SAMs, resume, recycling fallback."""
 
     def __init__(self, vocab_size: int, options: CascadeOptions | None = None) -> None:
         if vocab_size < 1:
@@ -226,19 +190,16 @@ class SpeculationIndex:
         self.vocab_size = vocab_size
         self.options = opts = options if options is not None else CascadeOptions()
         self._conv = SamIndex()
-        self._conv_gate = _Gate("conversation", opts.mute_window)
+        self._conv_score = _Score("conversation")
         self._refs: list[_Reference] = []
         self._cross: _Reference | None = None
         self._rec = (Recycling(vocab_size, opts.recycling_k, opts.recycling_max_chain)
                      if opts.recycling else None)
-        self._rec_gate = _Gate("recycling", opts.mute_window)
-        self._resume_gate = _Gate("resume", opts.mute_window)
-        # Where the broken copy would go on (a stream position), or -1: set when the last observed
-        # token ended every conversation match; invariant: -1 whenever the conversation matches.
-        self._resume_at = -1
+        self._rec_score = _Score("recycling")
+        self._resume = Resume(self._conv) if opts.resume else None
+        self._resume_score = _Score(Resume.name)
         self._pending: _Pending | None = None
-        self._last_source: str | None = None
-        self._last_forks: list[bool] | None = None
+        self._last: Draft = NO_DRAFT
 
     # -- read-only views -------------------------------------------------------------------------
 
@@ -259,14 +220,15 @@ class SpeculationIndex:
 
     @property
     def last_source(self) -> str | None:
-        """Name of the source that made the last ``suggest``'s draft; None if it drafted nothing."""
-        return self._last_source
+        """The last offer's ``kind`` (None if it drafted nothing), for callers driving the index by
+        hand through :meth:`suggest` (the replay tool); the decoder reads the :class:`Draft`."""
+        return self._last.kind
 
     @property
     def last_forks(self) -> list[bool] | None:
-        """Per-token fork flags of the last ``suggest``'s draft (a SAM's: see
-        :func:`~fucina.speculative.sam.draft_forks`); None for recycling or no draft."""
-        return self._last_forks
+        """The last offer's fork flags as a list (None for recycling, resume or no draft); see
+        :attr:`last_source`."""
+        return None if self._last.forks is None else list(self._last.forks)
 
     @property
     def n_references(self) -> int:
@@ -280,58 +242,29 @@ class SpeculationIndex:
 
     # -- DraftSource -------------------------------------------------------------------------------
 
-    def suggest(self, context: Sequence[int], budget: int) -> list[int]:
-        """Draft from the longest unmuted SAM match, else from recycling (see module docstring).
+    def draft(self, context: Sequence[int], budget: int) -> Draft:
+        """This step's offer: the draft of :meth:`suggest` with its confidence, kind and fork flags."""
+        return self._offer(context, budget, self.confidence())
 
-        A selected SAM whose draft comes back empty (its match ends where its text ends) yields to
-        the next candidate, so "longest match wins" holds whenever the winner has a continuation.
+    def suggest(self, context: Sequence[int], budget: int) -> list[int]:
+        """The tokens of the step's offer, without pricing them (``confidence`` is not computed).
+
+        The longest SAM match drafts, else a resumed copy, else recycling (see module docstring). A
+        selected SAM whose draft comes back empty (its match ends where its text ends) yields to the
+        next candidate, so "longest match wins" holds whenever the winner has a continuation.
         """
-        self._pending = None
-        self._last_source = None
-        self._last_forks = None
-        if budget <= 0:
-            return []
-        opts = self.options
-        now = len(self._conv)
-        candidates: list[tuple[int, int, _Gate, _Drafter]] = []
-        if not self._conv_gate.muted(now):
-            candidates.append((self._conv.match_len(), 0, self._conv_gate, self._conv))
-        for order, ref in enumerate(self._sam_sources(), start=1):
-            if not ref.gate.muted(now):
-                candidates.append((ref.cursor.match_len(), order, ref.gate, ref.cursor))
-        candidates.sort(key=lambda c: (-c[0], c[1]))
-        for match, _, gate, drafter in candidates:
-            if match < opts.min_match:
-                break
-            cap = budget if opts.beta is None else min(budget, opts.beta * (1 + match))
-            draft = [int(t) for t in drafter.draft(cap)]
-            if draft:
-                self._last_forks = drafter.forks(draft) if opts.forks else None
-                return self._remember(gate, draft)
-        if self._resume_ready(now):
-            draft = self._conv.tokens[self._resume_at: self._resume_at + budget]
-            if draft:
-                return self._remember(self._resume_gate, draft)
-        if self._rec is not None and not self._rec_gate.muted(now):
-            draft = self._rec.suggest(context, budget)
-            if draft:
-                return self._remember(self._rec_gate, draft)
-        return []
+        return list(self._offer(context, budget, None).tokens)
 
     def confidence(self) -> int:
-        """Longest unmuted SAM match, the confidence of the next draft; 0 if below ``min_match``
-        (the draft, if any, would come from recycling). O(1) per source."""
-        now = len(self._conv)
-        best = 0 if self._conv_gate.muted(now) else self._conv.match_len()
-        for ref in self._sam_sources():
-            if not ref.gate.muted(now):
-                best = max(best, ref.cursor.match_len())
-        if not best and self._resume_ready(now):
+        """Longest SAM match, the confidence of the next draft; 0 if below ``min_match`` (the draft,
+        if any, would come from recycling). O(1) per source."""
+        best = max([self._conv.match_len(), *(ref.cursor.match_len() for ref in self._sam_sources())])
+        if not best and self._resume is not None and self._resume.ready:
             return 1  # a resume draft stands on the one broken token: priced like a 1-token match
         return best if best >= self.options.min_match else 0
 
     def observe(self, committed: Sequence[int]) -> None:
-        """Append committed tokens to every source (muted ones too) and settle the pending draft.
+        """Append committed tokens to every source and settle the pending draft.
 
         Raises InvalidToken (and changes nothing) if any id is outside ``[0, vocab_size)``.
         """
@@ -339,16 +272,10 @@ class SpeculationIndex:
         if not toks:
             return
         self._check_ids(toks)
-        conv = self._conv
-        if self.options.resume:
-            # The match before the last token says where a copy it breaks would have gone on.
-            if len(toks) > 1:
-                conv.extend_many(toks[:-1])
-            before = conv.occurrence()  # -1 without a match
-            conv.extend_many(toks[-1:])
-            self._resume_at = before + 2 if before >= 0 and not conv.match_len() else -1
+        if self._resume is not None:
+            self._resume.extend(toks)  # extends the conversation SAM
         else:
-            conv.extend_many(toks)
+            self._conv.extend_many(toks)
         for ref in self._sam_sources():
             ref.cursor.feed_many(toks)
         if self._rec is not None:
@@ -360,24 +287,23 @@ class SpeculationIndex:
                 if d != c:
                     break
                 accepted += 1
-            pending.gate.record(accepted, len(pending.draft), len(self._conv), self.options)
+            pending.score.accepted += accepted
+            pending.score.drafted += len(pending.draft)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
         if self._rec is not None:
             self._rec.observe_topk(inputs, topk)
 
-    # -- the decoder/chat seam ---------------------------------------------------------------------
-
     def truncate_pending(self, n: int) -> None:
         """Declare that only the first ``n`` tokens of the pending draft will be verified.
 
-        Call it when the caller (e.g. a chat turn gate) trims the draft before verifying it. The
-        next ``observe`` then scores exactly ``draft[:n]``: drafted = ``min(n, len(draft))``,
-        accepted = the common prefix of ``draft[:n]`` and the committed slice. The cut tail was
-        never verified, so it counts neither as drafted nor as rejected. ``n == 0`` drops the
-        pending draft entirely (no accounting); ``n`` past the draft's end changes nothing; with no
-        pending draft this is a no-op. Raises InvalidArgument for negative ``n``.
+        Call it when the caller (the decoder's policy, a chat turn gate) trims the draft before
+        verifying it. The next ``observe`` then scores exactly ``draft[:n]``: drafted =
+        ``min(n, len(draft))``, accepted = the common prefix of ``draft[:n]`` and the committed
+        slice. The cut tail was never verified, so it counts neither as drafted nor as rejected.
+        ``n == 0`` drops the pending draft entirely (no accounting); ``n`` past the draft's end
+        changes nothing; with no pending draft this is a no-op. Raises InvalidArgument for negative ``n``.
         """
         if n < 0:
             raise InvalidArgument(f"truncate_pending wants n >= 0, got {n}")
@@ -411,7 +337,7 @@ class SpeculationIndex:
         # The conversation SAM holds the committed stream; replaying it aligns the new cursor.
         cursor.feed_many(self._conv.tokens)
         slot = len(self._refs)
-        self._refs.append(_Reference(sam, cursor, _Gate(f"ref{slot}", self.options.mute_window)))
+        self._refs.append(_Reference(sam, cursor, _Score(f"ref{slot}")))
         return slot
 
     def set_cross_request(self, snapshot: _Snapshot | None) -> None:
@@ -423,32 +349,31 @@ class SpeculationIndex:
         reference, its cursor is caught up over the observed stream. Only the caller can keep
         tenants apart: pass only the requesting tenant's own snapshot.
         """
-        if self._pending is not None and self._cross is not None and self._pending.gate is self._cross.gate:
+        if self._pending is not None and self._cross is not None and self._pending.score is self._cross.score:
             self._pending = None
         if snapshot is None:
             self._cross = None
             return
         cursor = snapshot.cursor()
         cursor.feed_many(self._conv.tokens)
-        self._cross = _Reference(snapshot, cursor, _Gate("cross-request", self.options.mute_window))
+        self._cross = _Reference(snapshot, cursor, _Score("cross-request"))
 
     def clear_references(self) -> None:
         """Drop every reference (and the pending draft if a reference made it); slots restart at 0."""
-        if self._pending is not None and any(self._pending.gate is r.gate for r in self._refs):
+        if self._pending is not None and any(self._pending.score is r.score for r in self._refs):
             self._pending = None
         self._refs.clear()
 
     # -- introspection ------------------------------------------------------------------------------
 
     def stats(self) -> CascadeStats:
-        """Per-source accepted/drafted counts and current mute state."""
-        now = len(self._conv)
-        gates = [self._conv_gate, *(r.gate for r in self._sam_sources())]
-        if self._resume_gate.drafted:  # listed once it has drafted
-            gates.append(self._resume_gate)
+        """Per-source accepted/drafted counts."""
+        scores = [self._conv_score, *(r.score for r in self._sam_sources())]
+        if self._resume_score.drafted:  # listed once it has drafted
+            scores.append(self._resume_score)
         if self._rec is not None:
-            gates.append(self._rec_gate)
-        return CascadeStats(tuple(g.stats(now) for g in gates))
+            scores.append(self._rec_score)
+        return CascadeStats(tuple(s.stats() for s in scores))
 
     def nbytes(self) -> int:
         """Bytes held by all sources (the conversation SAM includes the committed stream)."""
@@ -458,18 +383,43 @@ class SpeculationIndex:
 
     # -- internals -------------------------------------------------------------------------------------
 
+    def _offer(self, context: Sequence[int], budget: int, confidence: int | None) -> Draft:
+        """Select this step's draft (see :meth:`suggest`); it becomes the pending and the last offer."""
+        self._pending = None
+        self._last = NO_DRAFT
+        if budget <= 0:
+            return self._last
+        candidates: list[tuple[int, int, _Score, _Drafter]] = [
+            (self._conv.match_len(), 0, self._conv_score, self._conv)]
+        for order, ref in enumerate(self._sam_sources(), start=1):
+            candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor))
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        for match, _, score, drafter in candidates:
+            if match < self.options.min_match:
+                break
+            tokens = [int(t) for t in drafter.draft(budget)]
+            if tokens:
+                forks = drafter.forks(tokens) if self.options.forks else None
+                return self._remember(score, tokens, confidence, forks)
+        if self._resume is not None:
+            tokens = self._resume.draft(budget)
+            if tokens:
+                return self._remember(self._resume_score, tokens, confidence, None)
+        if self._rec is not None:
+            tokens = self._rec.suggest(context, budget)
+            if tokens:
+                return self._remember(self._rec_score, tokens, confidence, None)
+        return self._last
+
     def _sam_sources(self) -> list[_Reference]:
         """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
         return self._refs if self._cross is None else [*self._refs, self._cross]
 
-    def _resume_ready(self, now: int) -> bool:
-        """A broken copy can be resumed (the last token was never seen) and the source is not muted."""
-        return self._resume_at >= 0 and not self._resume_gate.muted(now)
-
-    def _remember(self, gate: _Gate, draft: list[int]) -> list[int]:
-        self._pending = _Pending(gate, list(draft))
-        self._last_source = gate.name
-        return draft
+    def _remember(self, score: _Score, tokens: list[int], confidence: int | None,
+                  forks: Sequence[bool] | None) -> Draft:
+        self._pending = _Pending(score, list(tokens))
+        self._last = Draft(tuple(tokens), confidence, score.name, None if forks is None else tuple(forks))
+        return self._last
 
     def _check_ids(self, toks: list[int]) -> None:
         lo, hi = min(toks), max(toks)

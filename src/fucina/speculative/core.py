@@ -7,6 +7,11 @@ proposal q — so speculative rejection sampling (Leviathan et al. 2023) degener
     accept while sample == draft[i]; the first mismatch's sample is the correction token;
     on full acceptance the last row's sample is a free bonus token.
 
+Glossary (one verify of a k-token draft commits between 1 and k + 1 tokens):
+ * accepted — a draft token the sampler picked too, on the row conditioned on everything before it;
+ * correction — the sampler's pick on the row of the first rejected draft token (it replaces it);
+ * bonus — the sampler's pick on the row after the last draft token, when all k were accepted.
+
 Proof obligations, each with a test in tests/speculative/test_core.py:
  1. One RNG draw per committed token: rows past the first mismatch are never sampled.
  2. Replay equivalence: each committed token is the sampler's pick on the row conditioned on the
@@ -20,7 +25,9 @@ Proof obligations, each with a test in tests/speculative/test_core.py:
     stays committed, and nothing the source did can change a later token.
 
 Token ids are compared, never probabilities; temperature <= 0 is the same path (argmax).
-This module imports no backend: the model is anything with the :class:`fucina.model_protocol.Model` shape.
+This module imports no backend: the model is anything with the :class:`fucina.model_protocol.Model` shape;
+the source anything with the :class:`fucina.speculative.source.DraftSource` shape, which offers one
+:class:`~fucina.speculative.source.Draft` per step.
 """
 
 from __future__ import annotations
@@ -33,10 +40,11 @@ import numpy as np
 
 from fucina.errors import InvalidOption, NotRewindable
 from fucina.generate import CommittedStream
+from fucina.model_protocol import Model
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces
-from fucina.speculative.source import DraftSource
+from fucina.speculative.source import NO_DRAFT, DraftSource
 from fucina.speculative.topk import topk_rows
 
 log = logging.getLogger(__name__)
@@ -47,11 +55,11 @@ RowHook = Callable[[np.ndarray, int, Sequence[int]], None]
 
 @dataclass(frozen=True)
 class SpecOptions:
-    """Decoder options. ``gate_enabled=False`` verifies every candidate of >= min_draft tokens
-    (the gate-open ablation); the policy still scores them."""
+    """Decoder options. ``verify_all=True`` verifies every candidate of >= min_draft tokens instead
+    of the policy's choice (the bench's ``gate_open`` ablation); the policy still scores them."""
 
     policy: PolicyOptions = field(default_factory=PolicyOptions)
-    gate_enabled: bool = True
+    verify_all: bool = False
     topk: int = 8  # candidates per verified row handed to observe_topk
 
     def __post_init__(self) -> None:
@@ -109,7 +117,7 @@ class SpeculativeDecoder(CommittedStream):
 
     def __init__(
         self,
-        model,
+        model: Model,
         source: DraftSource,
         sampler: Sampler,
         options: SpecOptions | None = None,
@@ -119,7 +127,7 @@ class SpeculativeDecoder(CommittedStream):
         row_hook: RowHook | None = None,
         acceptance: AcceptanceModel | None = None,
     ) -> None:
-        if not getattr(model, "rewindable", True):
+        if not model.rewindable:
             raise NotRewindable(
                 "this model's state cannot be rewound (recurrent/hybrid architecture), so rejected drafts "
                 "could not be dropped; use plain decoding"
@@ -128,17 +136,10 @@ class SpeculativeDecoder(CommittedStream):
         self.source = source
         self.sampler = sampler
         self.options = options or SpecOptions()
-        # The policy prices a draft by its confidence (match length) when the source can say it.
-        confidence = getattr(source, "confidence", None)
-        self._confidence = confidence if callable(confidence) else None
-        truncate = getattr(source, "truncate_pending", None)
-        self._truncate = truncate if callable(truncate) else None
         # ``acceptance``: what earlier generations learned of the sources (None: start from the priors).
-        # Word pieces come from the model's tokenizer (a model without token_bytes: one unique class).
-        token_bytes = getattr(model, "token_bytes", None)
+        # Word pieces come from the model's tokenizer.
         self.policy = DraftPolicy(cost_table, self.options.policy, acceptance=acceptance,
-                                  sampled=not getattr(getattr(sampler, "options", None), "greedy", True),
-                                  pieces=WordPieces(token_bytes) if callable(token_bytes) else None)
+                                  sampled=not sampler.options.greedy, pieces=WordPieces(model.token_bytes))
         self.clock = clock
         self.row_hook = row_hook
         self.stats = SpecStats()
@@ -181,18 +182,16 @@ class SpeculativeDecoder(CommittedStream):
         # 1. Candidate: up to max_draft tokens, k drafts + 1 bonus must fit the budget and context.
         #    It is asked for on every step, verified or not: the policy scores it for free later.
         room = min(left - 1, self.model.context_length - self.model.kv_len - 1, o.max_draft)
-        draft: list[int] = []
-        conf = None
+        offer = NO_DRAFT
         if self.stats.source_fault is None and room >= o.min_draft:
-            conf = self._advise(self._confidence) if self._confidence is not None else None
-            draft = self._advise(lambda: [int(t) for t in self.source.suggest(self.history, room)][:room]) or []
-        # 2. Decide: k = argmax (E[accepted | conf, k] + 1) / C(k + 1), or 0 when no k beats a plain step.
-        #    The source may say which draft tokens were one continuation among several (forks).
-        k = policy.choose(draft, conf, getattr(self.source, "last_source", None),
-                          forced=not self.options.gate_enabled,
-                          forks=getattr(self.source, "last_forks", None)) if draft else 0
-        if k < len(draft) and self._truncate is not None:
-            self._advise(lambda: self._truncate(k))  # the source counts only what is verified
+            offer = self._advise(lambda: self.source.draft(self.history, room)) or NO_DRAFT
+        draft = list(offer.tokens[:room])
+        # 2. Decide: k = argmax (E[accepted | confidence, k] + 1) / C(k + 1), or 0 when no k beats a
+        #    plain step. The offer may say which draft tokens were one continuation among several (forks).
+        k = policy.choose(draft, offer.confidence, offer.kind, forced=self.options.verify_all,
+                          forks=offer.forks) if draft else 0
+        if k < len(draft):
+            self._advise(lambda: self.source.truncate_pending(k))  # the source counts only what is verified
         if k < o.min_draft:
             # Plain step.
             t0 = self.clock() if self.clock else None

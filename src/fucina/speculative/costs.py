@@ -13,7 +13,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from fucina.errors import CostTableEmpty, InvalidOption
 
@@ -39,10 +38,6 @@ class CostTable:
         if len(set(ns)) != len(ns):
             raise InvalidOption(f"cost table has duplicate rows: {ns}")
         object.__setattr__(self, "points", tuple(pts))
-
-    @classmethod
-    def from_mapping(cls, costs: Mapping[int, float], source: str = "") -> "CostTable":
-        return cls(tuple(costs.items()), source)
 
     def cost(self, n: int) -> float:
         """Plain-step equivalents of one forward over ``n`` tokens (>= 1)."""
@@ -96,8 +91,3 @@ class CostTable:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(self.to_json())
         tmp.replace(path)  # never a half-written table
-
-
-def linear_table(ns: Iterable[int], per_row: float, source: str) -> CostTable:
-    """A table with cost(n) = max(1, per_row * n): only for tests and as a clearly labelled fallback."""
-    return CostTable(tuple((n, max(1.0, per_row * n)) for n in ns), source)

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Protocol, Sequence
 
 from fucina.errors import InvalidOption, SamIntegrityError
-from fucina.speculative.sam import SamCursor, SamIndex, check_tokens
+from fucina.speculative.sam import SamIndex, check_tokens
+from fucina.speculative.sam_cursor import SamCursor
 
 __all__ = ["SEPARATOR", "CrossCursor", "CrossRequestIndex", "CrossRequestStore", "CrossSnapshot",
            "check_max_tokens"]

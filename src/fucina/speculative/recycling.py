@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from fucina.errors import InvalidArgument, InvalidOption, InvalidToken
+from fucina.speculative.source import Draft
 
 __all__ = ["SENTINEL", "Recycling"]
 
@@ -49,6 +50,13 @@ class Recycling:
         self._last: int | None = None
 
     # -- DraftSource -------------------------------------------------------------------------
+
+    def draft(self, context: Sequence[int], budget: int) -> Draft:
+        """The chain walk of :meth:`suggest` as an offer of kind ``recycling`` (no match length)."""
+        return Draft(tuple(self.suggest(context, budget)), kind="recycling")
+
+    def truncate_pending(self, n: int) -> None:
+        """Nothing to do: the matrix keeps no score of its drafts."""
 
     def suggest(self, context: Sequence[int], budget: int) -> list[int]:
         """Top-1 chain walk from ``context[-1]``: at most ``min(budget, max_chain)`` tokens.

@@ -60,15 +60,9 @@ Recency guarantee (what is maintained, precisely)
       restart) draft from an older, still valid occurrence; a test builds one.
 
 Frozen indexes and cursors
-    ``SamCursor`` tracks matching statistics of an external stream against a frozen index. A
-    cursor holds a state id meaning "the class of my matched suffix". An append can split
-    exactly such a class (a clone takes the shorter strings, which gain the new end position)
-    and only the index's own match state gets the fix-up: an external cursor left on the old
-    state would describe strings it no longer matches, report a wrong length, and draft from
-    transitions and samples that miss the new text. Rather than re-aim every cursor on every
-    append, cursors require ``freeze()``. A cursor drafts from its class's sample, so the stamp
-    guarantees above hold for it too; it drafts nothing only when every occurrence of its
-    matched suffix ends the reference (no sample but ``last``'s names the final position).
+    ``SamCursor`` (:mod:`fucina.speculative.sam_cursor`) tracks matching statistics of an external
+    stream against a frozen index; it drafts from its class's sample, so the guarantees above hold
+    for it too.
 
 Poisoning
     If an append fails part-way (a ``MemoryError``, an interrupt, an injected fault), the
@@ -90,19 +84,20 @@ Memory and speed
 
 from __future__ import annotations
 
-import operator
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence, overload
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from fucina.errors import InvalidToken, SamFrozen, SamIntegrityError, SamNotFrozen
+from fucina.errors import SamFrozen
+from fucina.speculative.sam_check import check_automaton
+from fucina.speculative.sam_layout import KEY_SHIFT, TOKEN_LIMIT, SamColumns, StreamView, check_token, check_tokens
 
-__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamCursor", "SamIndex", "SamStats", "check_tokens", "draft_forks"]
+if TYPE_CHECKING:
+    from fucina.speculative.sam_cursor import SamCursor
 
-#: Token ids must satisfy ``0 <= id < TOKEN_LIMIT`` (they are packed into 31 bits of a dict key).
-TOKEN_LIMIT = 1 << 31
-_SHIFT = 31
+__all__ = ["REFRESH_DEPTH", "TOKEN_LIMIT", "SamIndex", "SamStats", "check_tokens", "draft_forks"]
+
 #: Classes stamped per append beyond the end of the construction's walk (module doc, Recency).
 REFRESH_DEPTH = 16
 
@@ -122,67 +117,6 @@ class SamStats:
         state = " POISONED" if self.poisoned else ""
         return (f"SAM {self.tokens} tokens, {self.states} states, {self.transitions} transitions, "
                 f"{self.nbytes} B ({per_tok:.1f} B/token){state}")
-
-
-class _StreamView(Sequence[int]):
-    """Read-only live view of an index's token stream (no copy, no buffer export)."""
-
-    __slots__ = ("_a",)
-
-    def __init__(self, a: array) -> None:
-        self._a = a
-
-    def __len__(self) -> int:
-        return len(self._a)
-
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[int]: ...
-    def __getitem__(self, i: int | slice) -> int | list[int]:
-        if isinstance(i, slice):
-            return self._a[i].tolist()
-        return self._a[i]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._a)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == len(self._a) and all(x == y for x, y in zip(self._a, other))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"_StreamView({self._a.tolist()!r})"
-
-
-def _check_token(token: object) -> int:
-    try:
-        tok = operator.index(token)  # type: ignore[arg-type]
-    except TypeError:
-        raise InvalidToken(f"token id must be an integer, got {type(token).__name__}") from None
-    if not 0 <= tok < TOKEN_LIMIT:
-        raise InvalidToken(f"token id {tok} outside [0, 2**31)")
-    return tok
-
-
-def check_tokens(tokens: Iterable[int], limit: int = TOKEN_LIMIT) -> array:
-    """Materialize and validate a batch (ints in ``[0, limit)``) before anything is mutated.
-
-    Raises InvalidToken naming the first bad id. Shared with the cross-request index, whose limit
-    keeps its document separator out of every stream.
-    """
-    bound = "2**31" if limit == TOKEN_LIMIT else str(limit)
-    if isinstance(tokens, (str, bytes, bytearray, memoryview)):
-        raise InvalidToken(f"token ids must be integers, got {type(tokens).__name__}")
-    try:
-        buf = array("q", tokens)
-    except (TypeError, OverflowError) as exc:
-        raise InvalidToken(f"token ids must be integers in [0, {bound}): {exc}") from None
-    if buf and (min(buf) < 0 or max(buf) >= limit):
-        bad = next(t for t in buf if not 0 <= t < limit)
-        raise InvalidToken(f"token id {bad} outside [0, {bound})")
-    return buf
 
 
 def draft_forks(index: "SamIndex", state: int, draft: Sequence[int]) -> list[bool]:
@@ -218,7 +152,7 @@ def _transition(index: "SamIndex", v: int, c: int) -> int:
     ft = index._ftok[v]
     if ft == c:
         return index._fto[v]
-    return index._extra.get((v << _SHIFT) | c, -1) if ft != -1 else -1
+    return index._extra.get((v << KEY_SHIFT) | c, -1) if ft != -1 else -1
 
 
 class SamIndex:
@@ -264,7 +198,7 @@ class SamIndex:
         """
         if self._frozen:
             raise SamFrozen("cannot extend a frozen SAM index")
-        self._ingest((_check_token(token),))
+        self._ingest((check_token(token),))
 
     def extend_many(self, tokens: Iterable[int]) -> None:
         """Append every token of ``tokens`` in order; validates the whole batch first."""
@@ -314,7 +248,7 @@ class SamIndex:
                         ftok[p] = c
                         fto[p] = cur
                     else:
-                        key = (p << _SHIFT) | c
+                        key = (p << KEY_SHIFT) | c
                         q = get(key, -1)
                         if q != -1:
                             break
@@ -360,7 +294,7 @@ class SamIndex:
         ftok.append(ftok[q])
         fto.append(fto[q])
         head, e = -1, ehead[q]
-        qk, uk = q << _SHIFT, u << _SHIFT
+        qk, uk = q << KEY_SHIFT, u << KEY_SHIFT
         while e != -1:
             t = etok[e]
             extra[uk | t] = extra[qk | t]
@@ -375,7 +309,7 @@ class SamIndex:
                     break
                 fto[p] = u
             else:
-                key = (p << _SHIFT) | c
+                key = (p << KEY_SHIFT) | c
                 if extra[key] != q:
                     break
                 extra[key] = u
@@ -392,7 +326,7 @@ class SamIndex:
     @property
     def tokens(self) -> Sequence[int]:
         """The indexed stream, as a read-only live view."""
-        return _StreamView(self._stream)
+        return StreamView(self._stream)
 
     def match_len(self) -> int:
         """Length of the longest suffix of the stream that also ends strictly before its end."""
@@ -451,8 +385,8 @@ class SamIndex:
 
     def cursor(self) -> SamCursor:
         """A fresh external cursor; raises SamNotFrozen unless the index is frozen."""
-        if not self._frozen:
-            raise SamNotFrozen("freeze() the index before running external cursors over it")
+        from fucina.speculative.sam_cursor import SamCursor  # that module reads this one
+
         return SamCursor(self)
 
     # ---- health and size ----------------------------------------------------------------------
@@ -498,170 +432,9 @@ class SamIndex:
         A poisoned index passes trivially: it serves nothing.
         """
         if not self._poisoned:
-            _check_index(self, deep)
+            check_automaton(self.columns(), deep=deep)
 
-
-class SamCursor:
-    """Matching statistics of an external stream against a frozen index (a reference document).
-
-    Obtain one with ``SamIndex.cursor()``. Any number of cursors may share one frozen index.
-    The cursor sits on the class of its matched suffix and drafts from that class's sample, so
-    the stamping guarantees of the module docstring carry over: while the fed stream keeps
-    agreeing with the drafted continuation (and the reference goes on), the occurrence moves
-    forward by at least one token per fed token.
-    """
-
-    __slots__ = ("_index", "_state", "_mlen")
-
-    def __init__(self, index: SamIndex) -> None:
-        if not index.frozen:
-            raise SamNotFrozen("freeze() the index before running external cursors over it")
-        self._index = index
-        self._state = 0
-        self._mlen = 0
-
-    def reset(self) -> None:
-        """Forget the fed stream."""
-        self._state, self._mlen = 0, 0
-
-    def feed(self, token: int) -> None:
-        """Advance over one token of the external stream."""
-        self._feed((_check_token(token),))
-
-    def feed_many(self, tokens: Iterable[int], *, limit: int = TOKEN_LIMIT) -> None:
-        """Advance over every token of ``tokens``; validates the whole batch first (ids in
-        ``[0, limit)``: the cross-request cursor passes its separator, so one pass checks both)."""
-        buf = check_tokens(tokens, limit=limit)
-        if buf:
-            self._feed(buf)
-
-    def _feed(self, toks: Sequence[int]) -> None:
-        idx = self._index
-        if idx._poisoned:
-            return
-        ln, link, ftok, fto, get = idx._len, idx._link, idx._ftok, idx._fto, idx._extra.get
-        v, mlen = self._state, self._mlen
-        for c in toks:
-            # Shorten the match (up the suffix links) until it can be extended by c.
-            while True:
-                ft = ftok[v]
-                w = fto[v] if ft == c else (get((v << _SHIFT) | c, -1) if ft != -1 else -1)
-                if w != -1:
-                    v = w
-                    mlen += 1
-                    break
-                if v == 0:
-                    mlen = 0
-                    break
-                v = link[v]
-                mlen = ln[v]
-        self._state, self._mlen = v, mlen
-
-    def match_len(self) -> int:
-        """Length of the longest suffix of the fed stream occurring anywhere in the reference."""
-        return 0 if self._index._poisoned else self._mlen
-
-    def occurrence(self) -> int:
-        """End position in the reference of the occurrence ``draft()`` continues from, or -1."""
-        if self._index._poisoned or not self._mlen:
-            return -1
-        return self._index._sample[self._state]
-
-    def draft(self, max_len: int) -> list[int]:
-        """Up to ``max_len`` reference tokens following the chosen occurrence of the match.
-
-        Empty only when every occurrence of the matched suffix ends the reference.
-        """
-        occ = self.occurrence()
-        if occ < 0 or max_len <= 0:
-            return []
-        return self._index._stream[occ + 1: occ + 1 + max_len].tolist()
-
-    def forks(self, draft: Sequence[int]) -> list[bool]:
-        """:func:`draft_forks` of ``draft`` read from the matched suffix in the reference."""
-        if self._index._poisoned or not self._mlen:
-            return [False] * len(draft)
-        return draft_forks(self._index, self._state, draft)
-
-
-def _check_index(idx: SamIndex, deep: bool) -> None:
-    def fail(msg: str) -> None:
-        raise SamIntegrityError(msg)
-
-    stream, ln, link, smp = idx._stream, idx._len, idx._link, idx._sample
-    ftok, fto, ehead, etok, enext, extra = (idx._ftok, idx._fto, idx._ehead, idx._etok,
-                                            idx._enext, idx._extra)
-    n, states = len(stream), len(ln)
-    if not all(len(col) == states for col in (link, smp, ftok, fto, ehead)):
-        fail("per-state columns disagree in length")
-    if len(etok) != len(enext) or len(etok) != len(extra):
-        fail(f"edge pool holds {len(etok)} edges, the dict {len(extra)}")
-    # Classical bounds (Blumer et al.): states <= 2n-1 for n >= 2, transitions <= 3n-4 for n >= 3.
-    if states > (2 * n - 1 if n >= 2 else n + 1):
-        fail(f"{states} states for {n} tokens")
-    transitions = idx.num_transitions()
-    if transitions > (3 * n - 4 if n >= 3 else 2 * n - 1 if n else 0):
-        fail(f"{transitions} transitions for {n} tokens")
-    if ln[0] != 0 or link[0] != -1:
-        fail("root must have len 0 and no suffix link")
-    last, match = idx._last, idx._match
-    if ln[last] != n:
-        fail(f"last state has len {ln[last]}, stream has {n} tokens")
-    if match != (link[last] if n else 0):
-        fail("match state is not the suffix link of the last state")
-    for v in range(1, states):
-        lk = link[v]
-        if not 0 <= lk < states or ln[lk] >= ln[v]:
-            fail(f"state {v}: suffix link {lk} must be a shorter state")
-        if ln[v] > n:
-            fail(f"state {v}: len {ln[v]} exceeds the stream")
-        e = smp[v]
-        # A sample is an end of the state's longest string, and deferred: only last holds n-1.
-        if not ln[v] - 1 <= e <= (n - 1 if v == last else n - 2):
-            fail(f"state {v}: sample {e} cannot end its strings (len {ln[v]}, n {n})")
-
-    def check_edge(v: int, c: int, w: int) -> None:
-        if not 0 <= c < TOKEN_LIMIT or not 0 < w < states:
-            fail(f"edge {v} -{c}-> {w} out of range")
-        # v's longest string extended by c belongs to w: len[link[w]] <= len[v] < len[w].
-        if not ln[link[w]] <= ln[v] < ln[w]:
-            fail(f"edge {v} -{c}-> {w} breaks the len order")
-
-    for v in range(states):
-        if ftok[v] != -1:
-            check_edge(v, ftok[v], fto[v])
-    mask = TOKEN_LIMIT - 1
-    for key, w in extra.items():
-        v, c = key >> _SHIFT, key & mask
-        if not 0 <= v < states or ftok[v] in (-1, c):
-            fail(f"dict edge {v} -{c}-> {w} duplicates or precedes the inline edge")
-        check_edge(v, c, w)
-    seen = 0
-    for v in range(states):
-        e = ehead[v]
-        while e != -1:
-            if not 0 <= e < len(etok) or seen >= len(etok):
-                fail(f"state {v}: broken edge list")
-            if ((v << _SHIFT) | etok[e]) not in extra:
-                fail(f"state {v}: edge list names token {etok[e]} absent from the dict")
-            seen += 1
-            e = enext[e]
-    if seen != len(extra):
-        fail(f"edge lists hold {seen} edges, the dict {len(extra)}")
-    if not deep:
-        return
-
-    def walk(start: int, stop: int) -> int:
-        v = 0
-        for i in range(start, stop):
-            c = stream[i]
-            w = fto[v] if ftok[v] == c else extra.get((v << _SHIFT) | c, -1)
-            if w == -1:
-                fail(f"substring {start}:{stop} of the stream is not accepted")
-            v = w
-        return v
-
-    for v in range(1, states):
-        e = smp[v]
-        if walk(e - ln[v] + 1, e + 1) != v:
-            fail(f"state {v}: sample {e} is not one of its end positions")
+    def columns(self) -> SamColumns:
+        """The automaton's storage, read-only by contract (for the integrity checker and cursors)."""
+        return SamColumns(self._stream, self._len, self._link, self._sample, self._ftok, self._fto,
+                          self._ehead, self._etok, self._enext, self._extra, self._last, self._match)

@@ -13,12 +13,17 @@ from typing import Sequence
 import numpy as np
 
 from fucina.errors import InvalidOption
+from fucina.speculative.source import Draft
 
 MODES = ("perfect", "garbage", "alternating", "partial")
 
 
 class ScriptedSource:
-    """Drafts from a known ``stream`` (prompt + expected output). Implements DraftSource."""
+    """Drafts from a known ``stream`` (prompt + expected output). Implements DraftSource.
+
+    Its offers carry tokens only (no confidence, kind or forks): the policy prices them by their
+    scored record. :meth:`suggest` is the script (the tokens a :meth:`draft` offers).
+    """
 
     wants_topk = False
 
@@ -37,7 +42,14 @@ class ScriptedSource:
         t = int(self._rng.integers(0, self.vocab_size))
         return (t + 1) % self.vocab_size if t == truth else t
 
+    def draft(self, context: Sequence[int], budget: int) -> Draft:
+        return Draft(tuple(self.suggest(context, budget)))
+
+    def truncate_pending(self, n: int) -> None:
+        """Nothing to do: a script keeps no score of its drafts."""
+
     def suggest(self, context: Sequence[int], budget: int) -> list[int]:
+        """The scripted tokens for the step after ``context`` (one call advances the script)."""
         self._calls += 1
         n = len(context)
         truth = self.stream[n : n + budget]
