@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# "The cost of exactness" (BENCHMARKS.md): the stock engine, the GGML_LLAMAFILE=OFF build loaded with
+# "The cost of exactness" (docs/benchmarks-archive/2026-12-01-xeon.md; re-measured in BENCHMARKS.md, "The cost of exactness: K-quant column-group kernels"): the stock engine, the GGML_LLAMAFILE=OFF build loaded with
 # --exact, and fucina's patched engine, side by side on this machine. Run it ALONE on an idle machine.
 # Needs the bench task file (scripts/bench_all.sh writes it; or ../shared/bench/make_tasks.py).
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""The model contract the speculative layers depend on (design record §1).
+"""The model contract the speculative layers depend on (docs/design.md §3.1).
 
 Duck-typed on purpose: anything with these members can be decoded, plain or speculatively.
 Two implementations ship: :mod:`fucina.backends.llama_cpp` (real GGUF models) and

@@ -1,6 +1,6 @@
 """The sampler pipeline: one logits row and its history in, one token id out (pure numpy).
 
-Pipeline, in this order (design record §2: the speculative decoder runs exactly this on every
+Pipeline, in this order (docs/design.md §2.2: the speculative decoder runs exactly this on every
 verified row, so it must be a pure function of its inputs plus one uniform draw):
 
 1. **Penalties** over the history window (the last ``penalty_last_n`` tokens, ``-1`` = all), with

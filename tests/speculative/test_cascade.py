@@ -1,4 +1,4 @@
-"""SpeculationIndex cascade policy (design record §7, §8) on hand-written token streams."""
+"""SpeculationIndex cascade policy (docs/design.md §8) on hand-written token streams."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ V = 1000
 
 
 def design(**kw) -> CascadeOptions:
-    """The design record's selection constants that remain options: SAM matches from 2 tokens and no
+    """The earlier design's selection constants that remain options (docs/design.md §4.7): SAM matches from 2 tokens and no
     ``resume`` source (it came later; tests/speculative/test_resume.py). Most tests here exercise the
     fall-through to recycling they make visible."""
     return CascadeOptions(**{"min_match": 2, "resume": False, **kw})

@@ -1,6 +1,6 @@
 """Losslessness proofs of the SpeculativeDecoder on the batch-invariant fake backend (bitwise).
 
-Each test maps to a proof obligation in the design record §2 (numbers in the names).
+Each test maps to a proof obligation in docs/design.md §2.3 (numbers in the names).
 """
 
 from __future__ import annotations

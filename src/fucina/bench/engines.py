@@ -1,4 +1,4 @@
-"""The cost of exactness: engine variants side by side on one machine (BENCHMARKS.md).
+"""The cost of exactness: engine variants side by side on one machine (BENCHMARKS.md, "The cost of exactness: K-quant column-group kernels").
 
 ``python -m fucina.bench.engines [--models M,M] [--engines stock,no-llamafile,patched] [--repeats 5]
 [--ns 1,2,4,...] [--prefill 512]``

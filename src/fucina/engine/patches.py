@@ -8,7 +8,7 @@ so a row's logits depend on how many rows share its forward and a near-tie can f
 below removes one of those switches, so that the kernel chosen for a weight tensor depends on its
 type only. Together with loading without CPU weight repacking (``use_extra_bufts=False``; the
 repacked kernels split gemv for < 4 rows from gemm for 4+, and on this project's machines repacking
-bought no measurable speed, BENCHMARKS.md "The cost of exactness") every row is bitwise the row a
+bought no measurable speed, docs/benchmarks-archive/2026-12-01-xeon.md "The cost of exactness, side by side") every row is bitwise the row a
 single-token step computes, for any batch size (``fucina doctor`` checks 1-32 rows).
 
 The last four patches (:data:`Q4_1_COLUMNS`) add a kernel rather than remove a switch. With Q4_1
@@ -16,7 +16,7 @@ weights every batch size took the one-column ``vec_dot`` per weight row and acti
 verify of n rows cost nearly n times one row's matmul work. The new kernel multiplies a weight row by
 up to eight columns per call and unpacks the row's nibbles and scales once for all of them. Each
 column's result is computed exactly as before, so the kernel stays batch-invariant, and a verify of
-8 rows costs 2.8 plain steps instead of 3.5 (BENCHMARKS.md).
+8 rows costs 2.8 plain steps instead of 3.5 (BENCHMARKS.md, "The Q4_1 column-group kernel").
 
 The K-quant patches (:data:`KQUANT_COLUMNS`, C in ``kernels/kquant_*.c``) do the same for Q4_K, Q5_K
 and Q6_K, the tensors of the Q4_K_M and Q5_K_M files most people run: a weight row meets up to 8

@@ -1,4 +1,4 @@
-"""SpeculationIndex: the cascade of draft sources behind one DraftSource (design record §7, §8).
+"""SpeculationIndex: the cascade of draft sources behind one DraftSource (docs/design.md §8).
 
 Sources, in tie-break order:
 
@@ -57,7 +57,7 @@ __all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", 
 
 
 #: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
-#: (``python -m fucina.bench.replay --from-bench``, see BENCHMARKS.md): 5-8% per group.
+#: (``python -m fucina.bench.replay --from-bench``, see BENCHMARKS.md, "Model-free components"): 5-8% per group.
 RECYCLING_EXPECTED_ACCEPTANCE = 0.10
 
 
@@ -314,7 +314,7 @@ class SpeculationIndex:
         else:
             del self._pending.draft[n:]
 
-    # -- references (design record §8: the caller tokenizes) ---------------------------------------
+    # -- references (docs/design.md §8.4: the caller tokenizes) ---------------------------------------
 
     def add_reference(self, tokens: Sequence[int]) -> int:
         """Index a tokenized reference document; returns its slot (named ``ref{slot}``).

@@ -1,6 +1,6 @@
 """SpeculativeDecoder: draft, verify in one batched forward, commit what plain decoding would.
 
-The losslessness contract (design record §2). Every draft source is deterministic — a one-hot
+The losslessness contract (docs/design.md §2). Every draft source is deterministic — a one-hot
 proposal q — so speculative rejection sampling (Leviathan et al. 2023) degenerates to:
 
     run the FULL sampler on the target logits of each verified row, in order;

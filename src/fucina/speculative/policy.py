@@ -1,4 +1,4 @@
-"""DraftPolicy: the one economic decision of when to verify and how long (design record §3-§4).
+"""DraftPolicy: the one economic decision of when to verify and how long (docs/design.md §4).
 
 Every step the draft source offers a candidate ``d`` (up to ``max_draft`` tokens) and its
 confidence ``m`` (the source's match length: how many committed tokens its lookup agrees with).
@@ -18,7 +18,7 @@ The policy verifies ``d[:k]`` for the ``k`` that pays best, or takes a plain ste
 
 A verify of k drafts commits accepted + 1 tokens (the correction or bonus is free) and costs
 C(k+1) plain steps, where C is the measured table rescaled live by the observed verify/plain
-timing ratio (clamped EWMA, as in the design record). A plain step commits 1 token for 1 step,
+timing ratio (clamped EWMA, docs/design.md §4.2). A plain step commits 1 token for 1 step,
 so verifying pays iff value(k) > 1: the policy verifies the argmax k when value(k) >= 1 + min_gain
 and otherwise steps plainly. One decision replaces per-source muting, the match-length budget
 and the cost-gate lanes: all three were ways of guessing p from too little evidence.
@@ -27,7 +27,7 @@ Learning p costs nothing, because the committed stream does not depend on what w
 (losslessness): every candidate, verified or not, is scored against the tokens that are
 committed after it. A candidate whose first ``a`` tokens match and whose next one does not gives
 trials j = 1..a+1 (successes j <= a) at (e, f) = (m + j - 1, f_j). So a declined source keeps
-being measured, and nothing needs the design record's probes, backoff or hysteresis: a bad
+being measured, and nothing needs the earlier gate's probes, backoff or hysteresis (docs/design.md §4.7): a bad
 source is never verified twice on a guess, and a good one is verified as soon as its record says
 it pays. Each (kind, e-bucket, f) is a Beta posterior whose prior is ``prior_weight``
 pseudo-trials at the acceptance the model-free replay measured (``PRIOR_ACCEPTANCE``,
@@ -60,7 +60,7 @@ E_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
 
 #: Per-token acceptance by bucket: every position of the Spec-Bench dev reference answers offered
 #: its candidate and scored against the answer (``python -m fucina.bench.replay --from-bench
-#: --bench-dir ../shared/bench --no-recycling --no-synthetic --priors``; BENCHMARKS.md), the e = 0
+#: --bench-dir ../shared/bench --no-recycling --no-synthetic --priors``; docs/benchmarks-archive/2026-12-01-xeon.md, "One drafting policy"), the e = 0
 #: bucket from recycling's 5-8%. The agent traces accept more (m1 0.43, m32+ 0.99) but a small
 #: model copies less than a recorded answer, so the lower figures are the safer start. Priors
 #: only: ``prior_weight`` pseudo-trials each, soon outweighed by this generation's own candidates.
@@ -77,7 +77,7 @@ PRIOR_FORKED: tuple[float, ...] = (0.05, 0.17, 0.21, 0.23, 0.21, 0.37, 0.41, 0.4
 #: word pieces given (labels ``m2 piece``; PRIOR_UNIQUE counts word starts and pieces together, as
 #: a policy without a tokenizer does). The model has begun a word and the text's one continuation
 #: finishes it: on the reference answers m1 0.65 vs 0.37 for a unique word start, m2 0.73 vs 0.46;
-#: on SmolLM2's own outputs m1 0.78 vs 0.30 (BENCHMARKS.md). Past m16 pieces are rare (under 50
+#: on SmolLM2's own outputs m1 0.78 vs 0.30 (docs/benchmarks-archive/2026-12-01-xeon.md, "Word pieces"). Past m16 pieces are rare (under 50
 #: trials a bucket): those priors are PRIOR_UNIQUE's.
 PRIOR_PIECE: tuple[float, ...] = (0.05, 0.65, 0.73, 0.79, 0.81, 0.88, 0.82, 0.80, 0.80, 0.76, 0.87, 0.86, 0.91)
 #: Bucket ids per token class: a token's id is its match bucket + N_BUCKETS * class, where class 0 =
@@ -156,7 +156,7 @@ def e_label(bucket: int) -> str:
 
 
 #: The confidence given to a source that reports none (no ``confidence()``): the top bucket's, so
-#: its first candidates are verified (as the design record's gate started on) and from then on
+#: its first candidates are verified (as the earlier gate started open, docs/design.md §4.7) and from then on
 #: its own scored record prices it; a bad one costs a few verifies (the floor tests bound them).
 UNKNOWN_CONFIDENCE = E_EDGES[-1]
 
@@ -180,7 +180,7 @@ class PolicyOptions:
 
     #: Verify only when the best predicted value(k) >= 1 + min_gain (value 1 = a plain step). 10%:
     #: a verify predicted to win less is within the estimate's error, and on this CPU such marginal
-    #: verifies were what lost time on free text (BENCHMARKS.md, "One drafting policy").
+    #: verifies were what lost time on free text (docs/benchmarks-archive/2026-12-01-xeon.md, "One drafting policy").
     min_gain: float = 0.10
     #: Shortest and longest verified draft.
     min_draft: int = 2

@@ -1,4 +1,4 @@
-"""The Token-Recycling matrix: the cascade's fallback draft source (design record §6).
+"""The Token-Recycling matrix: the cascade's fallback draft source (docs/design.md §6).
 
 Verification computes a full logits row per position and the decoder keeps only the sampled
 token; Token Recycling (Luo et al., 2024) keeps the row's top-K instead. One row per vocabulary

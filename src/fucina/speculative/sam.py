@@ -1,4 +1,4 @@
-"""Online suffix automaton (SAM) over token streams: the conversation and reference indexes (§5).
+"""Online suffix automaton (SAM) over token streams: the conversation and reference indexes (docs/design.md §5).
 
 Why a SAM: amortized O(1) online extension, an exact and unbounded longest-suffix-match length
 (which drives the cascade's draft budget), and the same structure doubles as a frozen index over
@@ -17,7 +17,7 @@ Self-match exclusion (exact)
     ``match_len()`` must be the longest suffix of the stream with an occurrence ending strictly
     before the last position. After appending ``t_i``, the suffix link of the new state is by
     definition the class of the longest suffix of ``t_0..t_i`` whose end-position set contains
-    another position, i.e. an earlier one. So the design record's "cursor-before-extend" cursor
+    another position, i.e. an earlier one. So the "cursor-before-extend" cursor (docs/design.md §5.2)
     is exactly ``link[last]``: the walk that looks for a transition on ``t_i`` runs over the
     automaton of ``t_0..t_{i-1}`` (a found transition proves a prior occurrence) and the clone
     fix-up is the construction's own ``link[cur] = clone``. ``match_len() == len[link[last]]``.

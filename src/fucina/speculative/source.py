@@ -1,4 +1,4 @@
-"""The draft contract: what the decoder asks of any proposer, and what a proposer offers (design record §1).
+"""The draft contract: what the decoder asks of any proposer, and what a proposer offers (docs/design.md §3.2).
 
 A source proposes a continuation of the committed stream as one :class:`Draft` per step. It must
 be deterministic given what it has observed; the decoder verifies every drafted token, so a

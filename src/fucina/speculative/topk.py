@@ -1,6 +1,6 @@
 """Exact per-row top-K of logits rows, cheap enough for the decoder's hot path.
 
-The decoder computes the top-K of every verified row for Token Recycling (design record §6). A
+The decoder computes the top-K of every verified row for Token Recycling (docs/design.md §6, §7). A
 full ``np.argpartition`` per row touches the whole vocabulary with a selection algorithm; at a
 262,144-token vocabulary that is a noticeable slice of a decode step. This module replaces it
 with a threshold prefilter that stays exact:
