@@ -146,7 +146,7 @@ def test_an_explicit_choice_still_wins(amx_stock, loads):
     ["chat", "--spec"],
     ["serve", "smollm2-135m", "--port", "0"],
     ["doctor"],
-    ["spec-bench", "--max-n", "4"],
+    ["calibrate", "--max-n", "4"],
 ])
 def test_cli_commands_load_without_extra_bufts(amx_stock, loads, argv):
     with pytest.raises(LoadStopped):

@@ -86,7 +86,7 @@ class LLM:
             off in exact mode and on a CPU with AMX, whose AMX buffer type crashes (llama.cpp
             #20824; said once on stderr), on otherwise. ``True`` cannot be combined with
             ``exact=True``: repacked weights take another kernel for batched rows.
-        cost_table: a :class:`CostTable` or the path of one (``fucina spec-bench --out``); default:
+        cost_table: a :class:`CostTable` or the path of one (``fucina calibrate --out``); default:
             the table cached for this model and machine, measured once when missing.
         spec_options: low-level decoder options (:class:`fucina.speculative.core.SpecOptions`).
         chat_template: a template (llama.cpp name such as ``"chatml"``, or template text) for models

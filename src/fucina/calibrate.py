@@ -1,4 +1,4 @@
-"""Measure verify cost tables (``fucina spec-bench``) and cache them per (model file, machine).
+"""Measure verify cost tables (``fucina calibrate``) and cache them per (model file, machine).
 
 cost(n) = best-of-repeats time of one forward over n tokens / best time of a single-token step,
 both taken right after a real prompt so attention spans a realistic context. Best-of, not mean:

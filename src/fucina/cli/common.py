@@ -76,7 +76,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spec", action="store_true", help="lossless speculative decoding")
     g.add_argument("--spec-ref", action="append", default=[], metavar="FILE",
                    help="reference document to draft from (repeatable, up to 8; implies --spec)")
-    g.add_argument("--cost-table", metavar="FILE", help="verify cost table (JSON from `fucina spec-bench --out`)")
+    g.add_argument("--cost-table", metavar="FILE", help="verify cost table (JSON from `fucina calibrate --out`)")
     g.add_argument("--verify-all", action="store_true",
                    help="verify every draft instead of the policy's choice (ablation)")
 

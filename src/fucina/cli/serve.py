@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key-file", metavar="FILE", help="file of accepted keys, one a line")
     p.add_argument("--no-spec", action="store_true", help="plain decoding (no speculation)")
     p.add_argument("--cost-table", metavar="FILE",
-                   help="verify cost table (JSON from `fucina spec-bench --out`); default: measured once and cached")
+                   help="verify cost table (JSON from `fucina calibrate --out`); default: measured once and cached")
     p.add_argument("--max-queue", type=positive_int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests that may wait while one runs; more get 429 (default {DEFAULT_MAX_QUEUE})")
     p.add_argument("--max-tokens-limit", type=positive_int, default=0, metavar="N",

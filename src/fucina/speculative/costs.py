@@ -1,7 +1,7 @@
 """Verify cost tables: what one batched forward over n tokens costs, in plain-step equivalents.
 
 Keyed by n = rows in the forward (the carried token plus the draft), so cost(1) == 1 by definition.
-The curve is measured per model and machine (``fucina spec-bench``) because it is neither linear
+The curve is measured per model and machine (``fucina calibrate``) because it is neither linear
 nor monotonic on CPU kernels; between measured points it is interpolated linearly, and past the
 last point extrapolated with the last segment's slope (never below 1 plain step).
 """

@@ -1,4 +1,7 @@
-"""``fucina spec-bench``: measure this machine's verify cost table for a model, and cache it."""
+"""``fucina calibrate``: measure this machine's verify cost table for a model, and cache it.
+
+``fucina spec-bench``, its former name (which the Spec-Bench data set also bears), still works for one release.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from fucina.cli.common import CliError, add_model_args, load_model_from_args, po
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sb = sub.add_parser("spec-bench", help="measure the verify cost table of a model on this machine")
+    sb = sub.add_parser("calibrate", aliases=["spec-bench"],
+                        help="measure the verify cost table of a model on this machine")
     add_model_args(sb)
     sb.add_argument("--repeats", type=positive_int, default=5)
     sb.add_argument("--max-n", type=positive_int, default=32, help="largest forward measured (>= 2)")
@@ -24,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-n must be >= 2")
     if args.repeats < 1:
         raise CliError("--repeats must be >= 1")
+    if args.command == "spec-bench":
+        print("fucina: `spec-bench` is now `fucina calibrate`; the old name goes in the next release",
+              file=sys.stderr)
     model = load_model_from_args(args)
     ns = sorted(set([n for n in FULL_NS if n <= args.max_n] + [args.max_n]))
 
