@@ -30,12 +30,13 @@ import numpy as np
 
 from fucina.bench.replay import match_only
 from fucina.bench.report import METHODS, Divergence, RunRecord
+from fucina.decoders import DecoderFactory, SpeculationOptions
 from fucina.errors import FucinaError, InvalidOption
 from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
+from fucina.speculative.cascade import MAX_REFERENCES, CascadeOptions
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-from fucina.speculative.policy import AcceptanceModel, PolicyOptions
+from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
@@ -43,7 +44,6 @@ from fucina.speculative.scripted import ScriptedSource
 TOP_K = 40
 TOP_P = 0.95
 SEED = 0
-MAX_REFERENCES = 8  # SpeculationIndex's default max_references
 PEER_METHODS: dict[str, int | None] = {"peer": None, "peer_n2": 2}  # name -> num_pred_tokens (None: default)
 #: Methods that decode plainly: the reference, and its A/A repeat that measures the run's own noise.
 PLAIN_METHODS = frozenset({"plain", "plain_again"})
@@ -400,17 +400,27 @@ def prepare(model, tasks: Sequence[Task]) -> list[_Prepared]:
     return out
 
 
-def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int],
-                 cost_table: CostTable):
-    if method == "oracle":
-        return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
+def method_decoders(model, method: str, cost_table: CostTable, policy: PolicyOptions | None = None) -> DecoderFactory:
+    """The decoder factory of a speculative ``method``: ``fucina`` is the product's (an LLM's with
+    the same cost table and draft cap, :mod:`fucina.decoders`); the others are its ablations."""
+    pol = policy or PolicyOptions()
+    cascade = CascadeOptions()
     if method == "sam_only":
-        return SpeculationIndex(model.vocab_size, CascadeOptions(recycling=False))
-    base = match_only(CascadeOptions(), PolicyOptions())[0] if method == "match_only" else None
-    index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table, base))  # as `fucina generate --spec`
-    for r in refs:
-        index.add_reference(r)
-    return index
+        cascade = CascadeOptions(recycling=False)
+    elif method == "match_only":
+        cascade, pol = match_only(cascade, pol)
+    elif method == "no_pieces":
+        pol = replace(pol, word_pieces=False)
+    decoder = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
+    return DecoderFactory(model, SpeculationOptions(cost_table=cost_table, decoder=decoder, cascade=cascade))
+
+
+def method_decoder(decoders: DecoderFactory, method: str, sampler: Sampler, refs: Sequence[Sequence[int]],
+                   plain_stream: Sequence[int]) -> SpeculativeDecoder:
+    """One run's decoder: the oracle drafts plain's own output, ``sam_only`` has no references."""
+    if method == "oracle":
+        return decoders.decoder(sampler, source=ScriptedSource(plain_stream, decoders.model.vocab_size, mode="perfect"))
+    return decoders.decoder(sampler, references=() if method == "sam_only" else refs)
 
 
 def _extra(decoder: SpeculativeDecoder) -> dict:
@@ -423,25 +433,16 @@ def _extra(decoder: SpeculativeDecoder) -> dict:
     return extra
 
 
-def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_stream: Sequence[int],
-              clock: Clock, model_name: str, repeat: int,
-              policy: PolicyOptions | None = None,
-              acceptance: AcceptanceModel | None = None) -> tuple[RunRecord, list[int]]:
+def _run_ours(model, p: _Prepared, method: str, decoders: DecoderFactory | None, plain_stream: Sequence[int],
+              clock: Clock, model_name: str, repeat: int) -> tuple[RunRecord, list[int]]:
     stops = frozenset(model.eos_ids)
     model.reset()
     s0 = clock()
     sampler = Sampler(p.options)
-    if method in PLAIN_METHODS:
+    if decoders is None:
         decoder = PlainDecoder(model, sampler)
     else:
-        pol = policy or PolicyOptions()
-        if method == "match_only":
-            pol = match_only(CascadeOptions(), pol)[1]
-        elif method == "no_pieces":
-            pol = replace(pol, word_pieces=False)
-        opts = SpecOptions(policy=pol, gate_enabled=method != "gate_open")
-        decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
-                                     cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
+        decoder = method_decoder(decoders, method, sampler, p.refs, plain_stream)
     setup = clock() - s0
     gc.collect()  # same starting heap for every method; collection stays on during the run
     t0 = clock()
@@ -527,8 +528,9 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
     if peer is None and any(m in PEER_METHODS for m in methods):
         raise InvalidOption("peer methods need a peer engine")
     result = SuiteResult()
-    # One acceptance model per method for the whole suite, as one LLM keeps across its calls.
-    learned = {m: AcceptanceModel.for_options(policy or PolicyOptions()) for m in methods}
+    # One decoder factory (so one acceptance model) per method for the whole suite, as one LLM keeps across its calls.
+    factories = {m: method_decoders(model, m, cost_table, policy) for m in methods
+                 if m not in PLAIN_METHODS and m not in PEER_METHODS}
     for p in prepare(model, tasks):
         pending: list[tuple[RunRecord, list[int], list[int]]] = []  # diverged greedy runs
         for repeat in range(repeats):
@@ -537,8 +539,8 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
                 if method in PEER_METHODS:
                     rec, out = _run_peer(peer, model, p, method, clock, model_name, repeat)
                 else:
-                    rec, out = _run_ours(model, p, method, cost_table, [*p.prompt, *plain_out], clock,
-                                         model_name, repeat, policy, learned[method])
+                    rec, out = _run_ours(model, p, method, factories.get(method), [*p.prompt, *plain_out], clock,
+                                         model_name, repeat)
                 if method == "plain":
                     plain_out = out
                 rec.first_diff = first_difference(plain_out, out)

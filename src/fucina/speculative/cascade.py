@@ -58,6 +58,8 @@ __all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", 
 #: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
 #: (``python -m fucina.bench.replay --from-bench``, see BENCHMARKS.md): 5-8% per group.
 RECYCLING_EXPECTED_ACCEPTANCE = 0.10
+#: Most reference documents one index holds (and one call may draft from).
+MAX_REFERENCES = 8
 
 
 def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) -> "CascadeOptions":
@@ -83,7 +85,7 @@ class CascadeOptions:
     #: SAM matches shorter than this fall through to recycling.
     min_match: int = 1
     #: Most reference documents one index holds.
-    max_references: int = 8
+    max_references: int = MAX_REFERENCES
     #: Drafted tokens in each source's rolling acceptance window.
     mute_window: int = 64
     #: A full window with acceptance strictly below this mutes the source (0 = never: the default).
