@@ -322,8 +322,8 @@ def test_cross_request_must_be_a_store():
 def test_calls_share_what_the_drafting_policy_learned():
     llm = make_llm()
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
-    model = llm._acceptance
+    model = llm._decoders.acceptance
     scored = sum(n for d in model.learned().values() for _, n in d.values())
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
-    assert llm._acceptance is model and scored > 0
+    assert llm._decoders.acceptance is model and scored > 0
     assert sum(n for d in model.learned().values() for _, n in d.values()) > scored
