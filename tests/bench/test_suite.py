@@ -286,6 +286,43 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
     assert not [d for d in res.divergences if d.method not in ("peer", "peer_n2")]
 
 
+def test_the_fucina_method_decodes_through_the_products_decoder_factory(monkeypatch):
+    """The bench measures the product: its fucina method builds every decoder through
+    fucina.decoders.DecoderFactory, with the options an LLM on the same model and cost table uses,
+    and commits what that LLM's call commits."""
+    import fucina.bench.suite as suite
+    from fucina import LLM
+    from fucina.decoders import DecoderFactory
+
+    factories = []
+
+    class Recording(DecoderFactory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.built = []
+            factories.append(self)
+
+        def decoder(self, *args, **kwargs):
+            self.built.append(super().decoder(*args, **kwargs))
+            return self.built[-1]
+
+    monkeypatch.setattr(suite, "DecoderFactory", Recording)
+    model = FakeModel()
+    task = Task("ref", "rag_ref", "rag_ref", "summarize: a story about dogs", ("dogs bark at night, every night.",),
+                24, 0.0)
+    res = run_suite(model, [task], model_name="fake", cost_table=TABLE, repeats=2, methods=["fucina"])
+    (factory,) = factories  # one for the method, so its repeats share one acceptance model as an LLM's calls do
+    assert [r.method for r in res.runs] == ["plain", "fucina", "plain", "fucina"]
+    assert len(factory.built) == 2 and all(d.policy.model is factory.acceptance for d in factory.built)
+    llm = LLM(FakeModel(), cost_table=TABLE, name="fake", progress=False)
+    assert factory.options == llm._factory().options  # cost table, decoder and cascade options, clock
+    prompt = encode_prompt(model, task.prompt)
+    for decoder in factory.built:
+        call = llm.complete(prompt, max_tokens=task.gen, temperature=0, references=list(task.references))
+        assert decoder.history[len(prompt):] == list(call.token_ids)
+        assert {s.name for s in decoder.source.stats().sources} == {s.name for s in call.stats.sources}
+
+
 def test_plain_again_is_plain_decoding_and_fucina_counts_its_forwards():
     res = run_suite(FakeModel(), fake_tasks(), model_name="fake", cost_table=TABLE, repeats=2,
                     methods=["fucina", "plain_again"])
