@@ -14,6 +14,7 @@ from fucina import LLM
 from fucina.backends.fake import FakeModel
 from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
                            TooManyReferences)
+from fucina.sampling import SamplerOptions
 from fucina.speculative.costs import CostTable
 
 #: Cheap verifies, so the gate keeps speculating on the fake backend (no calibration runs).
@@ -250,7 +251,7 @@ def test_plain_llm_never_measures_costs(monkeypatch):
 
 def test_conversation_from_the_llm_owns_the_cache():
     llm = make_llm()
-    conv = llm.conversation(max_tokens=16, sampler=fucina.api.SamplerOptions())
+    conv = llm.conversation(max_tokens=16, sampler=SamplerOptions())
     reply = conv.reply("hello")
     assert isinstance(reply, str) and conv.speculative
     # The conversation moved the cache; the next LLM call starts from scratch and is still right.

@@ -24,22 +24,20 @@ holds evaluates only the rest (``usage.cached_tokens``), so interleaved conversa
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 
-from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
-                           TooManyReferences)
+from fucina.call_settings import CallSettings, Message, Prompt, call_settings, chat_messages, prompt_ids
+from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
 from fucina.generate import PlainDecoder
 from fucina.prefix_cache import PrefixCache
 from fucina.results import (Completion, CompletionChunk, FinishReason, SourceReport, SpeculationReport,
                             Timings, Usage)
-from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import MAX_REFERENCES
+from fucina.sampling import Sampler
+from fucina.speculative.cascade import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
 from fucina.text import TextLoop
 
@@ -49,23 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LLM", "MAX_REFERENCES"]
 
-_ROLES = ("system", "developer", "user", "assistant")
-Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[int]]
-
-
-@dataclass(frozen=True)
-class _Request:
-    """One call's validated settings (every check runs before a token is generated)."""
-
-    max_tokens: int | None
-    sampler: SamplerOptions
-    stop: tuple[str, ...]
-    stop_token_ids: frozenset[int]
-    references: tuple[tuple[int, ...], ...]
-    speculative: bool
-    #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
-    cross_request: Any = None
 
 
 class LLM:
@@ -195,7 +176,7 @@ class LLM:
         names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
         :class:`~fucina.errors.ContextLengthExceeded`.
         """
-        return self._start(self._encode_prompt(prompt), self._request(
+        return self._start(prompt_ids(self.model, prompt), call_settings(self.model, default_speculative=self.speculative,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
@@ -229,7 +210,7 @@ class LLM:
         ``{"type": "text", "text": ...}`` parts. Other arguments as in :meth:`complete`.
         """
         ids = self._encode_chat(messages)
-        return self._start(ids, self._request(
+        return self._start(ids, call_settings(self.model, default_speculative=self.speculative,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
@@ -308,87 +289,12 @@ class LLM:
     def __repr__(self) -> str:
         return f"LLM({self.name!r}, speculative={self.speculative}, n_ctx={self.context_length})"
 
-    # -- validation ------------------------------------------------------------------------------
-
-    def _request(self, *, max_tokens: int | None, temperature: float, top_p: float, top_k: int, min_p: float,
-                 repeat_penalty: float, frequency_penalty: float, presence_penalty: float, penalty_last_n: int,
-                 seed: int | None, stop: Union[str, Sequence[str], None], stop_token_ids: Sequence[int],
-                 references: Sequence[Union[str, Sequence[int]]], speculative: bool | None,
-                 cross_request: "CrossRequestStore | None") -> _Request:
-        """One call's arguments, validated (raises InvalidOption naming the argument)."""
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                       or max_tokens < 1):
-            raise InvalidOption(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}",
-                                param="max_tokens")
-        if seed is None:
-            seed = secrets.randbelow(2**63)
-        sampler = SamplerOptions(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, penalty_last_n=penalty_last_n,
-            seed=seed,
-        )
-        stops: tuple[str, ...] = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
-        for s in stops:
-            if not isinstance(s, str) or not s:
-                raise InvalidOption(f"stop must be non-empty strings, got {s!r}", param="stop")
-        stop_ids = frozenset(self._token_ids(stop_token_ids, "stop_token_ids"))
-        speculative = self.speculative if speculative is None else speculative
-        if not isinstance(speculative, bool):
-            raise InvalidOption(f"speculative must be a bool or None, got {speculative!r}", param="speculative")
-        refs = self._references(references)
-        if refs and not speculative:
-            raise InvalidOption("references feed speculation; they need speculative=True", param="references")
-        cross = cross_request
-        if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
-            raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
-                                f"got {type(cross).__name__}", param="cross_request")
-        return _Request(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
-
-    def _references(self, references: Any) -> tuple[tuple[int, ...], ...]:
-        if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
-            raise InvalidOption("references must be a list of documents (strings or token-id lists)",
-                                param="references")
-        if len(references) > MAX_REFERENCES:
-            raise TooManyReferences(f"at most {MAX_REFERENCES} references, got {len(references)}",
-                                    param="references")
-        out = []
-        for i, ref in enumerate(references):
-            toks = (self.model.tokenize(ref, add_bos=False) if isinstance(ref, str)
-                    else self._token_ids(ref, f"references[{i}]"))
-            if not toks:
-                raise EmptyReference(f"references[{i}] is empty", param="references")
-            out.append(tuple(int(t) for t in toks))
-        return tuple(out)
-
-    def _token_ids(self, ids: Any, what: str) -> list[int]:
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-            raise InvalidOption(f"{what} must be a sequence of token ids", param=what.split("[")[0])
-        vocab = self.model.vocab_size
-        out = []
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
-                raise InvalidOption(f"{what} holds {t!r}, not a token id in [0, {vocab})", param=what.split("[")[0])
-            out.append(int(t))
-        return out
-
-    def _encode_prompt(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            # Special-token text is parsed, as llama.cpp's and llama-cpp-python's servers do.
-            ids = list(self.model.tokenize(prompt, add_bos=bool(getattr(self.model, "add_bos_default", True)),
-                                           special=True))
-        else:
-            ids = self._token_ids(prompt, "prompt")
-        if not ids:
-            raise InvalidOption("prompt is empty", param="prompt")
-        return ids
+    # -- encoding --------------------------------------------------------------------------------
 
     def _encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
-                                param="messages")
+        msgs = chat_messages(messages)
         from fucina.chat import tokenize_rendered
 
-        msgs = [_message(m, i) for i, m in enumerate(messages)]
         return tokenize_rendered(self.model, self._render(msgs))
 
     def _render(self, msgs: list[dict[str, str]]) -> str:
@@ -402,7 +308,7 @@ class LLM:
             raise ChatTemplateMissing(f"{type(self.model).__name__} cannot render chat templates", param="messages")
         return apply(msgs, add_assistant=True, template=self.chat_template)
 
-    def _check_fits(self, prompt: list[int], req: _Request) -> None:
+    def _check_fits(self, prompt: list[int], req: CallSettings) -> None:
         n_ctx = self.context_length
         need = len(prompt) + (req.max_tokens or 1)
         if need > n_ctx:
@@ -454,14 +360,14 @@ class LLM:
                 cost_table=self._table, decoder=self._decoder_options(), clock=time.perf_counter))
         return self._decoders
 
-    def _decoder(self, sampler: Sampler, req: _Request):
+    def _decoder(self, sampler: Sampler, req: CallSettings):
         if not req.speculative:
             return PlainDecoder(self.model, sampler)
         return self._factory().decoder(sampler, references=req.references, cross_request=req.cross_request)
 
     # -- generation ------------------------------------------------------------------------------
 
-    def _start(self, prompt: list[int], req: _Request, stream: bool):
+    def _start(self, prompt: list[int], req: CallSettings, stream: bool):
         self._check_fits(prompt, req)
         if req.speculative:
             self._prepare_speculation()
@@ -473,7 +379,7 @@ class LLM:
             return chunks
         return _collect(chunks)
 
-    def _generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+    def _generate(self, prompt: list[int], req: CallSettings) -> Iterator[CompletionChunk]:
         with self._lock:
             try:
                 yield from self._locked_generate(prompt, req)
@@ -481,7 +387,7 @@ class LLM:
                 if self._active is not None and self._active[1] == threading.get_ident():
                     self._active = None
 
-    def _locked_generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+    def _locked_generate(self, prompt: list[int], req: CallSettings) -> Iterator[CompletionChunk]:
         model = self.model
         t0 = time.perf_counter()
         # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
@@ -552,25 +458,3 @@ def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
         last = c
     assert last is not None and last.usage is not None and last.timings is not None
     return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats)
-
-
-def _message(m: Any, i: int) -> dict[str, str]:
-    if not isinstance(m, Mapping):
-        raise InvalidOption(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
-    role = m.get("role")
-    if role not in _ROLES:
-        raise InvalidOption(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
-                            param="messages")
-    content = m.get("content")
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise InvalidOption(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}",
-                                    param="messages")
-            texts.append(part["text"])
-        content = "".join(texts)
-    if not isinstance(content, str):
-        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts", param="messages")
-    return {"role": "system" if role == "developer" else role, "content": content}
-
