@@ -11,8 +11,8 @@ import pytest
 from fucina.backends.fake import FakeModel
 from fucina.bench.report import (METHODS, Divergence, RunRecord, inplace_costs, markdown, results_json,
                                  summarize_groups, summarize_tasks, write_chart)
-from fucina.bench.suite import (PeerRun, Task, TaskFileError, encode_prompt, first_difference, load_tasks,
-                                parse_tasks, peer_accounting, run_suite, sampler_options, select_tasks)
+from fucina.bench.suite import PeerRun, encode_prompt, first_difference, peer_accounting, run_suite, sampler_options
+from fucina.bench.tasks import Task, TaskFileError, load_tasks, parse_tasks, select_tasks
 from fucina.cli import main
 from fucina.errors import InvalidOption
 from fucina.generate import PlainDecoder

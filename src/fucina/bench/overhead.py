@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--group", action="append", default=None, help="only these task groups (repeatable)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
-    from fucina.bench.suite import load_tasks, prepare, select_tasks
+    from fucina.bench.suite import prepare
+    from fucina.bench.tasks import load_tasks, select_tasks
     from fucina.calibrate import load_or_calibrate
     from fucina.catalog import load_model
 

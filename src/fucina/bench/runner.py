@@ -27,7 +27,8 @@ class BenchConfigError(FucinaError):
 
 def plan(args) -> dict[str, Any]:
     """Validate everything that can be checked before loading a model; raises one-line errors."""
-    from fucina.bench.suite import load_tasks, select_tasks, validate_methods
+    from fucina.bench.suite import validate_methods
+    from fucina.bench.tasks import load_tasks, select_tasks
     from fucina.catalog import DEFAULT_MODEL, resolve_model
 
     if args.repeats < 1:
