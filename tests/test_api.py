@@ -328,3 +328,19 @@ def test_calls_share_what_the_drafting_policy_learned():
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
     assert llm._decoders.acceptance is model and scored > 0
     assert sum(n for d in model.learned().values() for _, n in d.values()) > scored
+
+
+def test_a_conversation_learns_in_the_llms_acceptance_model():
+    from fucina.speculative.core import SpecOptions
+
+    llm = make_llm()
+    llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
+    shared = llm._decoders.acceptance
+    conv = llm.conversation(max_tokens=16, sampler=SamplerOptions())
+    assert conv.decoder.policy.model is shared
+    conv.reply("abcabc abcabc")
+    conv.reset()
+    assert conv.decoder.policy.model is shared  # as the LLM's calls keep it, across resets too
+    # Other decoder options: the conversation learns apart, from the priors.
+    own = llm.conversation(max_tokens=16, spec_options=SpecOptions())
+    assert own.decoder.policy.model is not shared
