@@ -14,6 +14,7 @@ from fucina import LLM
 from fucina.backends.fake import FakeModel
 from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
                            TooManyReferences)
+from fucina.sampling import SamplerOptions
 from fucina.speculative.costs import CostTable
 
 #: Cheap verifies, so the gate keeps speculating on the fake backend (no calibration runs).
@@ -250,7 +251,7 @@ def test_plain_llm_never_measures_costs(monkeypatch):
 
 def test_conversation_from_the_llm_owns_the_cache():
     llm = make_llm()
-    conv = llm.conversation(max_tokens=16, sampler=fucina.api.SamplerOptions())
+    conv = llm.conversation(max_tokens=16, sampler=SamplerOptions())
     reply = conv.reply("hello")
     assert isinstance(reply, str) and conv.speculative
     # The conversation moved the cache; the next LLM call starts from scratch and is still right.
@@ -322,8 +323,24 @@ def test_cross_request_must_be_a_store():
 def test_calls_share_what_the_drafting_policy_learned():
     llm = make_llm()
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
-    model = llm._acceptance
+    model = llm._decoders.acceptance
     scored = sum(n for d in model.learned().values() for _, n in d.values())
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
-    assert llm._acceptance is model and scored > 0
+    assert llm._decoders.acceptance is model and scored > 0
     assert sum(n for d in model.learned().values() for _, n in d.values()) > scored
+
+
+def test_a_conversation_learns_in_the_llms_acceptance_model():
+    from fucina.speculative.core import SpecOptions
+
+    llm = make_llm()
+    llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)
+    shared = llm._decoders.acceptance
+    conv = llm.conversation(max_tokens=16, sampler=SamplerOptions())
+    assert conv.decoder.policy.model is shared
+    conv.reply("abcabc abcabc")
+    conv.reset()
+    assert conv.decoder.policy.model is shared  # as the LLM's calls keep it, across resets too
+    # Other decoder options: the conversation learns apart, from the priors.
+    own = llm.conversation(max_tokens=16, spec_options=SpecOptions())
+    assert own.decoder.policy.model is not shared

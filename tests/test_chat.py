@@ -14,7 +14,7 @@ import pytest
 
 from fucina.backends.fake import BOS_ID, EOS_ID, FakeModel
 from fucina.chat import ChatOptions, Conversation
-from fucina.generate import StopScanner
+from fucina.text import StopScanner
 from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOverflow,
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)

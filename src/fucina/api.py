@@ -24,47 +24,29 @@ holds evaluates only the rest (``usage.cached_tokens``), so interleaved conversa
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 
-from fucina.errors import (ChatTemplateMissing, ContextLengthExceeded, EmptyReference, InvalidOption,
-                           TooManyReferences)
-from fucina.generate import PlainDecoder, StopScanner, TextStreamer
+from fucina.call_settings import CallSettings, Message, Prompt, call_settings, chat_messages, prompt_ids
+from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
+from fucina.generate import PlainDecoder
 from fucina.prefix_cache import PrefixCache
 from fucina.results import (Completion, CompletionChunk, FinishReason, SourceReport, SpeculationReport,
                             Timings, Usage)
-from fucina.sampling import Sampler, SamplerOptions
+from fucina.sampling import Sampler
+from fucina.speculative.cascade import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
+from fucina.text import TextLoop
 
 if TYPE_CHECKING:
+    from fucina.decoders import DecoderFactory
     from fucina.speculative.crossreq import CrossRequestStore
 
 __all__ = ["LLM", "MAX_REFERENCES"]
 
-#: Reference documents one call may draft from.
-MAX_REFERENCES = 8
-_ROLES = ("system", "developer", "user", "assistant")
-Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[int]]
-
-
-@dataclass(frozen=True)
-class _Request:
-    """One call's validated settings (every check runs before a token is generated)."""
-
-    max_tokens: int | None
-    sampler: SamplerOptions
-    stop: tuple[str, ...]
-    stop_token_ids: frozenset[int]
-    references: tuple[tuple[int, ...], ...]
-    speculative: bool
-    #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
-    cross_request: Any = None
 
 
 class LLM:
@@ -145,7 +127,8 @@ class LLM:
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
-        self._acceptance = None  # the drafting policy's AcceptanceModel, shared by this LLM's calls
+        #: Builds this LLM's speculative decoders; its AcceptanceModel is shared by every call (and conversation).
+        self._decoders: DecoderFactory | None = None
         #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
         self.prefix_cache = PrefixCache(self.model)
         self._cost_source = cost_table
@@ -193,9 +176,11 @@ class LLM:
         names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
         :class:`~fucina.errors.ContextLengthExceeded`.
         """
-        ids = self._encode_prompt(prompt)
-        req = self._request(locals())
-        return self._start(ids, req, stream)
+        return self._start(prompt_ids(self.model, prompt), call_settings(self.model, default_speculative=self.speculative,
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
+            references=references, speculative=speculative, cross_request=cross_request), stream)
 
     def chat(
         self,
@@ -225,15 +210,20 @@ class LLM:
         ``{"type": "text", "text": ...}`` parts. Other arguments as in :meth:`complete`.
         """
         ids = self._encode_chat(messages)
-        req = self._request(locals())
-        return self._start(ids, req, stream)
+        return self._start(ids, call_settings(self.model, default_speculative=self.speculative,
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+            penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
+            references=references, speculative=speculative, cross_request=cross_request), stream)
 
     def conversation(self, **options: Any):
         """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
 
         ``options`` are :class:`fucina.chat.ChatOptions` fields (``speculation`` defaults to this
-        LLM's ``speculative``). The conversation owns the KV cache from now on: a later
-        :meth:`complete` or :meth:`chat` starts from an empty cache.
+        LLM's ``speculative``). With this LLM's decoder options (no ``spec_options`` given) the
+        conversation's drafting policy learns in the same acceptance model as this LLM's calls.
+        The conversation owns the KV cache from now on: a later :meth:`complete` or :meth:`chat`
+        starts from an empty cache.
         """
         from fucina.chat import ChatOptions, Conversation
 
@@ -241,14 +231,17 @@ class LLM:
         options.setdefault("speculation", self.speculative)
         if self.chat_template is not None:
             options.setdefault("template", self.chat_template)
+        acceptance = None
         if options["speculation"]:
+            if "spec_options" not in options:
+                acceptance = self._factory().acceptance  # what this LLM's calls learned, and go on learning
             self._prepare_speculation()
             options.setdefault("cost_table", self._table)
             options.setdefault("spec_options", self._decoder_options())
             options.setdefault("clock", time.perf_counter)
         with self._lock:
             self.prefix_cache.invalidate()
-        return Conversation(self.model, ChatOptions(**options))
+        return Conversation(self.model, ChatOptions(**options), acceptance=acceptance)
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of ``text`` with the model's own tokenizer."""
@@ -296,85 +289,12 @@ class LLM:
     def __repr__(self) -> str:
         return f"LLM({self.name!r}, speculative={self.speculative}, n_ctx={self.context_length})"
 
-    # -- validation ------------------------------------------------------------------------------
-
-    def _request(self, args: dict[str, Any]) -> _Request:
-        max_tokens = args["max_tokens"]
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                       or max_tokens < 1):
-            raise InvalidOption(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}",
-                                param="max_tokens")
-        seed = args["seed"]
-        if seed is None:
-            seed = secrets.randbelow(2**63)
-        sampler = SamplerOptions(
-            temperature=args["temperature"], top_k=args["top_k"], top_p=args["top_p"], min_p=args["min_p"],
-            repeat_penalty=args["repeat_penalty"], frequency_penalty=args["frequency_penalty"],
-            presence_penalty=args["presence_penalty"], penalty_last_n=args["penalty_last_n"], seed=seed,
-        )
-        stop = args["stop"]
-        stops: tuple[str, ...] = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
-        for s in stops:
-            if not isinstance(s, str) or not s:
-                raise InvalidOption(f"stop must be non-empty strings, got {s!r}", param="stop")
-        stop_ids = frozenset(self._token_ids(args["stop_token_ids"], "stop_token_ids"))
-        speculative = self.speculative if args["speculative"] is None else args["speculative"]
-        if not isinstance(speculative, bool):
-            raise InvalidOption(f"speculative must be a bool or None, got {speculative!r}", param="speculative")
-        refs = self._references(args["references"])
-        if refs and not speculative:
-            raise InvalidOption("references feed speculation; they need speculative=True", param="references")
-        cross = args["cross_request"]
-        if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
-            raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
-                                f"got {type(cross).__name__}", param="cross_request")
-        return _Request(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
-
-    def _references(self, references: Any) -> tuple[tuple[int, ...], ...]:
-        if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
-            raise InvalidOption("references must be a list of documents (strings or token-id lists)",
-                                param="references")
-        if len(references) > MAX_REFERENCES:
-            raise TooManyReferences(f"at most {MAX_REFERENCES} references, got {len(references)}",
-                                    param="references")
-        out = []
-        for i, ref in enumerate(references):
-            toks = (self.model.tokenize(ref, add_bos=False) if isinstance(ref, str)
-                    else self._token_ids(ref, f"references[{i}]"))
-            if not toks:
-                raise EmptyReference(f"references[{i}] is empty", param="references")
-            out.append(tuple(int(t) for t in toks))
-        return tuple(out)
-
-    def _token_ids(self, ids: Any, what: str) -> list[int]:
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-            raise InvalidOption(f"{what} must be a sequence of token ids", param=what.split("[")[0])
-        vocab = self.model.vocab_size
-        out = []
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
-                raise InvalidOption(f"{what} holds {t!r}, not a token id in [0, {vocab})", param=what.split("[")[0])
-            out.append(int(t))
-        return out
-
-    def _encode_prompt(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            # Special-token text is parsed, as llama.cpp's and llama-cpp-python's servers do.
-            ids = list(self.model.tokenize(prompt, add_bos=bool(getattr(self.model, "add_bos_default", True)),
-                                           special=True))
-        else:
-            ids = self._token_ids(prompt, "prompt")
-        if not ids:
-            raise InvalidOption("prompt is empty", param="prompt")
-        return ids
+    # -- encoding --------------------------------------------------------------------------------
 
     def _encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
-                                param="messages")
+        msgs = chat_messages(messages)
         from fucina.chat import tokenize_rendered
 
-        msgs = [_message(m, i) for i, m in enumerate(messages)]
         return tokenize_rendered(self.model, self._render(msgs))
 
     def _render(self, msgs: list[dict[str, str]]) -> str:
@@ -388,7 +308,7 @@ class LLM:
             raise ChatTemplateMissing(f"{type(self.model).__name__} cannot render chat templates", param="messages")
         return apply(msgs, add_assistant=True, template=self.chat_template)
 
-    def _check_fits(self, prompt: list[int], req: _Request) -> None:
+    def _check_fits(self, prompt: list[int], req: CallSettings) -> None:
         n_ctx = self.context_length
         need = len(prompt) + (req.max_tokens or 1)
         if need > n_ctx:
@@ -421,46 +341,33 @@ class LLM:
             print(file=sys.stderr)
 
     def _max_draft(self) -> int:
-        from fucina.doctor import DEFAULT_MAX_DRAFT, effective_max_draft
-
-        base = self._spec_options.policy.max_draft if self._spec_options is not None else DEFAULT_MAX_DRAFT
-        if not self.exact or self._report is None:
-            return base
-        # Exact mode keeps every verify inside the batch sizes the engine computes bitwise.
-        return min(base, effective_max_draft(self._report, True))
+        return self._decoder_options().policy.max_draft
 
     def _decoder_options(self):
-        import dataclasses
+        from fucina.decoders import decoder_options
 
-        from fucina.speculative.core import SpecOptions
+        return decoder_options(self._spec_options, exact=self.exact, report=self._report)
 
-        opts = self._spec_options if self._spec_options is not None else SpecOptions()
-        return dataclasses.replace(opts, policy=dataclasses.replace(opts.policy, max_draft=self._max_draft()))
+    def _factory(self) -> "DecoderFactory":
+        """The factory of this LLM's speculative decoders (built once speculation is prepared)."""
+        self._prepare_speculation()
+        if self._decoders is None:
+            from fucina.decoders import DecoderFactory, SpeculationOptions
 
-    def _decoder(self, sampler: Sampler, req: _Request):
+            assert self._table is not None
+            # One per LLM: each call starts from what earlier calls learned of the sources' acceptance.
+            self._decoders = DecoderFactory(self.model, SpeculationOptions(
+                cost_table=self._table, decoder=self._decoder_options(), clock=time.perf_counter))
+        return self._decoders
+
+    def _decoder(self, sampler: Sampler, req: CallSettings):
         if not req.speculative:
             return PlainDecoder(self.model, sampler)
-        from fucina.speculative.cascade import SpeculationIndex, options_for_costs
-        from fucina.speculative.core import SpeculativeDecoder
-
-        self._prepare_speculation()
-        index = SpeculationIndex(self.model.vocab_size, options_for_costs(self._table))
-        for ref in req.references:
-            index.add_reference(ref)
-        if req.cross_request is not None:
-            index.set_cross_request(req.cross_request.snapshot())
-        options = self._decoder_options()
-        if self._acceptance is None:
-            from fucina.speculative.policy import AcceptanceModel
-
-            # One per LLM: each call starts from what earlier calls learned of the sources' acceptance.
-            self._acceptance = AcceptanceModel.for_options(options.policy)
-        return SpeculativeDecoder(self.model, index, sampler, options, cost_table=self._table,
-                                  clock=time.perf_counter, acceptance=self._acceptance)
+        return self._factory().decoder(sampler, references=req.references, cross_request=req.cross_request)
 
     # -- generation ------------------------------------------------------------------------------
 
-    def _start(self, prompt: list[int], req: _Request, stream: bool):
+    def _start(self, prompt: list[int], req: CallSettings, stream: bool):
         self._check_fits(prompt, req)
         if req.speculative:
             self._prepare_speculation()
@@ -472,7 +379,7 @@ class LLM:
             return chunks
         return _collect(chunks)
 
-    def _generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+    def _generate(self, prompt: list[int], req: CallSettings) -> Iterator[CompletionChunk]:
         with self._lock:
             try:
                 yield from self._locked_generate(prompt, req)
@@ -480,7 +387,7 @@ class LLM:
                 if self._active is not None and self._active[1] == threading.get_ident():
                     self._active = None
 
-    def _locked_generate(self, prompt: list[int], req: _Request) -> Iterator[CompletionChunk]:
+    def _locked_generate(self, prompt: list[int], req: CallSettings) -> Iterator[CompletionChunk]:
         model = self.model
         t0 = time.perf_counter()
         # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
@@ -497,51 +404,24 @@ class LLM:
         room = model.context_length - model.kv_len
         budget = room if req.max_tokens is None else min(req.max_tokens, room)
         stop_ids = frozenset(int(t) for t in model.eos_ids) | req.stop_token_ids
-        streamer = TextStreamer(model)
-        scanner = StopScanner(req.stop) if req.stop else None
-        generated: list[int] = []
-        unsent: list[int] = []
-        finish: FinishReason = "length"
-        first: float | None = None
+        text = TextLoop(model, stop_ids=stop_ids, stop_strings=req.stop, clock=time.perf_counter)
         tokens = decoder.generate(budget, stop_ids)
         try:
-            cut = False  # a stop string ended the text
-            for tok in tokens:
-                generated.append(tok)
-                unsent.append(tok)
-                if first is None:
-                    first = time.perf_counter()
-                if tok in stop_ids:
-                    finish = "stop"
-                    break  # the end marker is not part of the text
-                text, cut = _scan(scanner, streamer.push(tok))
-                if text:
-                    yield CompletionChunk(text, tuple(unsent))
-                    unsent = []
-                if cut:
-                    finish = "stop"
-                    break
-            if not cut:
-                # 3. An end token or the budget ended it: flush held-back bytes and any unfinished
-                #    stop-string prefix (the flushed bytes may still complete a stop string).
-                text, hit = _scan(scanner, streamer.flush())
-                if hit:
-                    finish = "stop"
-                elif scanner is not None:
-                    text += scanner.flush()
-                if text:
-                    yield CompletionChunk(text, tuple(unsent))
-                    unsent = []
+            # 3. Text as the tokens commit, cut at a stop string; held-back bytes are flushed at the end.
+            for piece in text.run(tokens):
+                yield CompletionChunk(piece.text, piece.token_ids)
         finally:
             tokens.close()
             self.prefix_cache.settle(decoder.history)
         t_end = time.perf_counter()
+        generated = text.tokens
         if req.cross_request is not None:
             # A finished call is what the next ones may repeat: prompt and output, as committed.
             req.cross_request.add(prompt + generated)
-        timings = Timings(t_fed - t0, (first or t_end) - t0, t_end - t_fed, len(generated))
+        finish: FinishReason = "length" if text.ended_by is None else "stop"
+        timings = Timings(t_fed - t0, (text.first_token_at or t_end) - t0, t_end - t_fed, len(generated))
         usage = Usage(len(prompt), len(generated), reused)
-        yield CompletionChunk("", tuple(unsent), finish, usage, timings, self._speculation_report(decoder))
+        yield CompletionChunk("", text.unsent, finish, usage, timings, self._speculation_report(decoder))
 
     def reset(self) -> None:
         """Empty the model's KV cache (e.g. after an engine fault); saved prefix slots stay."""
@@ -568,10 +448,6 @@ class LLM:
             active[0].close()
 
 
-def _scan(scanner: StopScanner | None, text: str) -> tuple[str, bool]:
-    return (text, False) if scanner is None else scanner.push(text)
-
-
 def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
     parts: list[str] = []
     ids: list[int] = []
@@ -582,25 +458,3 @@ def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
         last = c
     assert last is not None and last.usage is not None and last.timings is not None
     return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats)
-
-
-def _message(m: Any, i: int) -> dict[str, str]:
-    if not isinstance(m, Mapping):
-        raise InvalidOption(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
-    role = m.get("role")
-    if role not in _ROLES:
-        raise InvalidOption(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
-                            param="messages")
-    content = m.get("content")
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise InvalidOption(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}",
-                                    param="messages")
-            texts.append(part["text"])
-        content = "".join(texts)
-    if not isinstance(content, str):
-        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts", param="messages")
-    return {"role": "system" if role == "developer" else role, "content": content}
-

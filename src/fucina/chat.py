@@ -40,12 +40,15 @@ import numpy as np
 from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOverflow,
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
-from fucina.generate import GenerationStats, PlainDecoder, StopScanner, TextStreamer
+from fucina.decoders import DecoderFactory, SpeculationOptions
+from fucina.generate import GenerationStats, PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeStats, SpeculationIndex, options_for_costs
+from fucina.speculative.cascade import CascadeStats, SpeculationIndex
 from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
+from fucina.speculative.policy import AcceptanceModel
 from fucina.speculative.turn_gate import TurnGate
+from fucina.text import TextLoop
 
 __all__ = ["ChatOptions", "ChatStats", "Conversation", "Renderer", "TurnGate", "tokenize_rendered"]
 
@@ -160,12 +163,17 @@ class ChatStats:
 class Conversation:
     """A multi-turn chat that owns ``model``'s KV cache (one conversation per model at a time).
 
+    ``acceptance``: the drafting policy's acceptance model to learn in (e.g. its LLM's, shared with the
+    LLM's calls); None: a fresh one from the policy's priors at construction and at each :meth:`reset`.
+
     Raises :class:`ChatTemplateMissing` when the model has no template and none is given, and the
     backend's InvalidOption when llama.cpp cannot render the template.
     """
 
-    def __init__(self, model, options: ChatOptions | None = None) -> None:
+    def __init__(self, model, options: ChatOptions | None = None, *,
+                 acceptance: AcceptanceModel | None = None) -> None:
         self.model = model
+        self._acceptance = acceptance
         self.options = opts = options if options is not None else ChatOptions()
         if not isinstance(opts, ChatOptions):
             raise InvalidOption(f"options must be ChatOptions, got {type(opts).__name__}")
@@ -233,12 +241,12 @@ class Conversation:
         self._index: SpeculationIndex | None = None
         self._gate: TurnGate | None = None
         if opts.speculation:
-            self._index = SpeculationIndex(self.model.vocab_size, options_for_costs(self._cost_table))
-            for ref in self._refs:
-                self._index.add_reference(ref)
+            assert self._cost_table is not None
+            decoders = DecoderFactory(self.model, SpeculationOptions(
+                cost_table=self._cost_table, decoder=opts.spec_options, clock=opts.clock), acceptance=self._acceptance)
+            self._index = decoders.index(references=self._refs)
             self._gate = TurnGate(self._index)
-            self._decoder = SpeculativeDecoder(self.model, self._gate, sampler, opts.spec_options,
-                                               cost_table=self._cost_table, clock=opts.clock)
+            self._decoder = decoders.decoder(sampler, source=self._gate)
         else:
             self._decoder = PlainDecoder(self.model, sampler)
         self._messages: list[Message] = []
@@ -313,6 +321,7 @@ class Conversation:
         t1 = time.perf_counter()
         shown: list[str] = []
         stream = None
+        loop: TextLoop | None = None
         try:
             stats.prompt_tokens = len(new)
             stats.prompt_seconds = t1 - t0
@@ -320,33 +329,15 @@ class Conversation:
             room = model.context_length - model.kv_len
             budget = min(opts.max_tokens, room)
             stats.stop_reason = "length" if budget == opts.max_tokens else "context"
-            scanner = StopScanner(opts.stop_sequences) if opts.stop_sequences else None
             if self._gate is not None:
                 self._gate.arm(stops)
-            streamer = TextStreamer(model)
+            loop = TextLoop(model, stop_ids=stops, stop_strings=opts.stop_sequences)
             stream = dec.generate(budget, stops)
-            hit = False
-            for tok in stream:
-                stats.generated_tokens += 1
-                if tok in stops:
-                    stats.stop_reason = "stop"
-                    break  # the stop marker is not part of the reply text
-                chunk = streamer.push(tok)
-                if scanner is not None:
-                    chunk, hit = scanner.push(chunk)
-                if chunk:
-                    shown.append(chunk)
-                    yield chunk
-                if hit:
-                    stats.stop_reason = "stop_sequence"
-                    break
-            if not hit:
-                chunk = streamer.flush()
-                if scanner is not None:
-                    chunk = scanner.push(chunk)[0] + scanner.flush()
-                if chunk:
-                    shown.append(chunk)
-                    yield chunk
+            for piece in loop.run(stream):
+                shown.append(piece.text)
+                yield piece.text
+            if loop.ended_by is not None:  # the stop marker is not part of the reply text
+                stats.stop_reason = "stop" if loop.ended_by == "stop_id" else "stop_sequence"
         except ContextOverflow:
             stats.stop_reason = "context"
         except BaseException:
@@ -355,6 +346,8 @@ class Conversation:
         finally:
             if stream is not None:
                 stream.close()
+            if loop is not None:
+                stats.generated_tokens = len(loop.tokens)
             stats.gen_seconds = time.perf_counter() - t1
             self._record(text, prompt_text, prompt_end, shown, stats)
 

@@ -1,20 +1,18 @@
-"""Plain generation (the reference every speculative run must equal) and the streaming front end.
+"""Plain generation: the reference every speculative run must equal.
 
 :class:`PlainDecoder` has the same ``feed``/``generate`` shape as
-:class:`fucina.speculative.core.SpeculativeDecoder`, so callers (CLI, chat, bench) swap one for the
-other. :func:`stream` turns either into text chunks plus :class:`GenerationStats`.
+:class:`fucina.speculative.core.SpeculativeDecoder`, so callers (LLM, chat, bench) swap one for the
+other; :class:`fucina.text.TextLoop` turns either's committed tokens into text.
 """
 
 from __future__ import annotations
 
-import codecs
-import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from fucina.errors import ContextOverflow, InvalidOption
+from fucina.errors import InvalidOption
 from fucina.sampling import Sampler
 
 
@@ -108,79 +106,3 @@ class GenerationStats:
             f"prompt: {self.prompt_tokens} tok ({self.prompt_tps:.1f} tok/s)  "
             f"generated: {self.generated_tokens} tok ({self.gen_tps:.1f} tok/s)  stop: {self.stop_reason}"
         )
-
-
-class TextStreamer:
-    """Turns token ids into text chunks, holding back incomplete UTF-8 sequences."""
-
-    def __init__(self, model) -> None:
-        self._model = model
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token: int) -> str:
-        return self._dec.decode(self._model.token_bytes(token))
-
-    def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
-
-
-class StopScanner:
-    """Streams text while withholding anything that could still become a stop string.
-
-    ``push`` returns (text safe to show, whether a stop string completed); on a hit the text is cut
-    right before the earliest stop string and nothing after it is ever shown.
-    """
-
-    def __init__(self, sequences: Sequence[str]) -> None:
-        self._seqs = tuple(sequences)
-        self._buf = ""
-
-    def push(self, chunk: str) -> tuple[str, bool]:
-        buf = self._buf + chunk
-        hits = [i for i in (buf.find(s) for s in self._seqs) if i >= 0]
-        if hits:
-            self._buf = ""
-            return buf[: min(hits)], True
-        # Hold back the longest suffix that is a proper prefix of some sequence: a sequence
-        # starting there may complete with the next chunk.
-        hold = 0
-        for s in self._seqs:
-            for k in range(min(len(s) - 1, len(buf)), hold, -1):
-                if buf.endswith(s[:k]):
-                    hold = k
-                    break
-        self._buf = buf[len(buf) - hold:] if hold else ""
-        return buf[: len(buf) - hold], False
-
-    def flush(self) -> str:
-        out, self._buf = self._buf, ""
-        return out
-
-
-def run(decoder, prompt: Sequence[int], max_tokens: int, stop_ids: Iterable[int] = (),
-        stats: GenerationStats | None = None) -> Iterator[int]:
-    """Feed ``prompt``, then yield generated tokens, filling ``stats`` as it goes.
-
-    Stops at a stop id (``stop_reason='stop'``), the budget (``'length'``) or a full context
-    (``'context'``: the generation ends cleanly instead of raising).
-    """
-    stats = stats if stats is not None else GenerationStats()
-    stops = frozenset(stop_ids)
-    t0 = time.perf_counter()
-    decoder.feed(prompt)
-    stats.prompt_tokens += len(prompt)
-    stats.prompt_seconds += time.perf_counter() - t0
-    room = decoder.model.context_length - decoder.model.kv_len
-    budget = min(max_tokens, room)
-    stats.stop_reason = "length" if budget == max_tokens else "context"
-    t1 = time.perf_counter()
-    try:
-        for t in decoder.generate(budget, stops):
-            stats.generated_tokens += 1
-            stats.gen_seconds = time.perf_counter() - t1
-            yield t
-            if t in stops:
-                stats.stop_reason = "stop"
-    except ContextOverflow:
-        stats.stop_reason = "context"
-    stats.gen_seconds = time.perf_counter() - t1

@@ -85,7 +85,7 @@ def test_vocab_only_tokenizer_matches_full_model(gemma):
 
 
 def test_utf8_streaming_pieces(gemma):
-    from fucina.generate import TextStreamer
+    from fucina.text import TextStreamer
 
     ids = gemma.tokenize("日本語のテキスト 🙂", add_bos=False)
     s = TextStreamer(gemma)

@@ -6,7 +6,8 @@ import pytest
 
 from fucina.backends.fake import FakeModel
 from fucina.bench.overhead import COMPONENTS, Timers, format_table, main, profile_task, summarize
-from fucina.bench.suite import Task, prepare
+from fucina.bench.suite import prepare
+from fucina.bench.tasks import Task
 from fucina.speculative.costs import CostTable
 
 TABLE = CostTable(((2, 1.1), (4, 1.4), (8, 2.2), (16, 3.5)), "test table")

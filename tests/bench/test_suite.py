@@ -11,8 +11,8 @@ import pytest
 from fucina.backends.fake import FakeModel
 from fucina.bench.report import (METHODS, Divergence, RunRecord, inplace_costs, markdown, results_json,
                                  summarize_groups, summarize_tasks, write_chart)
-from fucina.bench.suite import (PeerRun, Task, TaskFileError, encode_prompt, first_difference, load_tasks,
-                                parse_tasks, peer_accounting, run_suite, sampler_options, select_tasks)
+from fucina.bench.suite import PeerRun, encode_prompt, first_difference, peer_accounting, run_suite, sampler_options
+from fucina.bench.tasks import Task, TaskFileError, load_tasks, parse_tasks, select_tasks
 from fucina.cli import main
 from fucina.errors import InvalidOption
 from fucina.generate import PlainDecoder
@@ -284,6 +284,44 @@ def test_runner_interleaves_methods_and_decoders_match_plain():
     assert len(divs) == len(peer_runs)  # one per greedy peer run; none for the sampled task
     assert all(d.runner_up and d.top2_gap is not None and d.top2_gap >= 0 and d.plain_reproduced for d in divs)
     assert not [d for d in res.divergences if d.method not in ("peer", "peer_n2")]
+
+
+def test_the_fucina_method_decodes_through_the_products_decoder_factory(monkeypatch):
+    """The bench measures the product: its fucina method builds every decoder through
+    fucina.decoders.DecoderFactory, with the options an LLM on the same model and cost table uses,
+    and commits what that LLM's call commits."""
+    import fucina.bench.suite as suite
+    from fucina import LLM
+    from fucina.decoders import DecoderFactory
+
+    factories = []
+
+    class Recording(DecoderFactory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.built = []
+            factories.append(self)
+
+        def decoder(self, *args, **kwargs):
+            self.built.append(super().decoder(*args, **kwargs))
+            return self.built[-1]
+
+    monkeypatch.setattr(suite, "DecoderFactory", Recording)
+    model = FakeModel()
+    task = Task("ref", "rag_ref", "rag_ref", "summarize: a story about dogs", ("dogs bark at night, every night.",),
+                24, 0.0)
+    res = run_suite(model, [task], model_name="fake", cost_table=TABLE, repeats=2, methods=["fucina"])
+    (factory,) = factories  # one for the method, so its repeats share one acceptance model as an LLM's calls do
+    assert [r.method for r in res.runs] == ["plain", "fucina", "plain", "fucina"]
+    assert len(factory.built) == 2 and all(d.policy.model is factory.acceptance for d in factory.built)
+    llm = LLM(FakeModel(), cost_table=TABLE, name="fake", progress=False)
+    assert factory.options == llm._factory().options  # cost table, decoder and cascade options, clock
+    prompt = encode_prompt(model, task.prompt)
+    for decoder in factory.built:
+        call = llm.complete(prompt, max_tokens=task.gen, temperature=0, references=list(task.references))
+        assert decoder.history[len(prompt):] == list(call.token_ids)
+        # the task's reference is drafted from on both paths (which sources draft depends on live timings)
+        assert decoder.source.n_references == 1 and "ref0" in {s.name for s in decoder.source.stats().sources}
 
 
 def test_plain_again_is_plain_decoding_and_fucina_counts_its_forwards():

@@ -3,7 +3,7 @@
 ``python -m fucina.bench.exactness (--bench-dir DIR | --prompt-file FILE) [--model M ...] [--prompts N] [--gen N] [--exact-load] [--json]``
 
 For each prompt and each sampling mode (greedy, and t=0.8/top-k 20 sampled) it decodes plainly and
-speculatively (full cascade, gate forced open so every step that can verify does) and reports whether
+speculatively (full cascade, verify_all: every step that can verify does) and reports whether
 the streams are identical; at a divergence it reports the plain row's top-2 logit gap there (a
 near-tie flipped by the engine's batched rounding) and whether the speculative token was the plain
 row's runner-up. Run it under the exact engine variant (``fucina.engine.exact_env``) to check the
@@ -98,18 +98,21 @@ def _plain(model, prompt, opts, n, stops):
 
 
 def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", expected=()):
-    from fucina.speculative.cascade import SpeculationIndex
-    from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+    from fucina.decoders import DecoderFactory, SpeculationOptions
+    from fucina.speculative.core import SpecOptions
     from fucina.speculative.policy import PolicyOptions
     from fucina.speculative.scripted import ScriptedSource
 
     model.reset()
+    # The default cascade as it is (no cost table decides recycling), verify_all, no live cost rescale.
+    decoders = DecoderFactory(model, SpeculationOptions(
+        cost_table=table, decoder=SpecOptions(policy=PolicyOptions(max_draft=max_draft), verify_all=True),
+        recycling_by_costs=False, clock=None))
     if source == "cascade":
-        src = SpeculationIndex(model.vocab_size)
+        d = decoders.decoder(Sampler(opts))
     else:  # scripted adversaries drafting around the plain run's own continuation
-        src = ScriptedSource(list(prompt) + list(expected), model.vocab_size, source, seed=1)
-    d = SpeculativeDecoder(model, src, Sampler(opts),
-                           SpecOptions(policy=PolicyOptions(max_draft=max_draft), verify_all=True), cost_table=table)
+        d = decoders.decoder(Sampler(opts), source=ScriptedSource(list(prompt) + list(expected), model.vocab_size,
+                                                                   source, seed=1))
     d.feed(prompt)
     out = list(d.generate(n, stops))
     return out, d.stats
@@ -119,12 +122,13 @@ def compare(model, name: str, prompts: Sequence[tuple[str, str]], gen: int, exac
             modes: Sequence[str] = ("greedy", "sampled"), sources: Sequence[str] = ("cascade",)) -> ExactnessResult:
     from fucina.speculative.costs import CostTable
 
-    from fucina.doctor import check_batch_invariance, effective_max_draft
+    from fucina.decoders import capped_max_draft
+    from fucina.doctor import DEFAULT_MAX_DRAFT, check_batch_invariance
 
     table = CostTable(((2, 1.0),), "exactness audit: gate is forced open, costs unused")
     stops = model.eos_ids
-    # The same draft cap `fucina generate --exact --spec` applies (None: the engine needs none).
-    max_draft = effective_max_draft(check_batch_invariance(model), exact_load)
+    # The same draft cap `fucina generate --exact --spec` applies (none where the engine needs none).
+    max_draft = capped_max_draft(DEFAULT_MAX_DRAFT, exact=exact_load, report=check_batch_invariance(model))
     runs = same = ver = acc = dr = 0
     divs: list[Divergence] = []
     for pid, text in prompts:

@@ -60,10 +60,9 @@ class Timers:
 
 def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, int], int]:
     """Run one prepared task with ``method`` ("plain" or "fucina"); return (ns per component, tokens)."""
-    from fucina.bench.suite import spec_source
+    from fucina.decoders import DecoderFactory, SpeculationOptions
     from fucina.generate import PlainDecoder
     from fucina.sampling import Sampler
-    from fucina.speculative.core import SpeculativeDecoder
 
     timers = Timers()
     model.reset()
@@ -75,10 +74,12 @@ def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, in
         if method == "plain":
             decoder = PlainDecoder(model, sampler)
         else:
-            source = spec_source(model, "fucina", prepared.refs, [], cost_table)
+            # fucina bench's `fucina` method (default policy, no exact cap), fresh per task.
+            decoders = DecoderFactory(model, SpeculationOptions(cost_table=cost_table))
+            source = decoders.index(references=prepared.refs)
             for name in ("draft", "observe", "observe_topk"):
-                timers.wrap(source, name, "index")
-            decoder = SpeculativeDecoder(model, source, sampler, cost_table=cost_table, clock=time.perf_counter)
+                timers.wrap(source, name, "index")  # before the decoder binds them
+            decoder = decoders.decoder(sampler, source=source)
             for name in ("choose", "observe", "record_verify", "record_plain"):
                 timers.wrap(decoder.policy, name, "policy")
         decoder.feed(prepared.prompt)
@@ -123,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--group", action="append", default=None, help="only these task groups (repeatable)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     a = ap.parse_args(argv)
-    from fucina.bench.suite import load_tasks, prepare, select_tasks
+    from fucina.bench.suite import prepare
+    from fucina.bench.tasks import load_tasks, select_tasks
     from fucina.calibrate import load_or_calibrate
     from fucina.catalog import load_model
 

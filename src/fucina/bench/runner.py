@@ -27,7 +27,8 @@ class BenchConfigError(FucinaError):
 
 def plan(args) -> dict[str, Any]:
     """Validate everything that can be checked before loading a model; raises one-line errors."""
-    from fucina.bench.suite import load_tasks, select_tasks, validate_methods
+    from fucina.bench.suite import validate_methods
+    from fucina.bench.tasks import load_tasks, select_tasks
     from fucina.catalog import DEFAULT_MODEL, resolve_model
 
     if args.repeats < 1:
@@ -196,11 +197,12 @@ def run(plan: dict[str, Any]) -> int:
                 def checkpoint(partial) -> None:  # an interrupted run keeps its finished tasks
                     _write(out, done_runs + partial.runs, done_divs + partial.divergences, meta, chart=False)
 
-                from fucina.doctor import cached_report, effective_max_draft, level_for
-                from fucina.speculative.policy import PolicyOptions
+                from fucina.decoders import decoder_options
+                from fucina.doctor import cached_report, level_for
 
                 report = cached_report(model)
-                policy = PolicyOptions(max_draft=effective_max_draft(report, args.exact))
+                # The policy an LLM loaded as this one (exact or not) drafts with: the same draft cap.
+                policy = decoder_options(exact=args.exact, report=report).policy
                 meta.setdefault("levels", {})[name] = {"level": level_for(report, policy.max_draft),
                                                        "max_draft": policy.max_draft, "exact_load": args.exact}
                 res = run_suite(model, tasks, model_name=name, cost_table=table, methods=model_methods,

@@ -1,8 +1,6 @@
-"""The benchmark suite behind ``fucina bench``: task files and the interleaved runner.
+"""The benchmark suite behind ``fucina bench``: the methods, the peer and the interleaved runner.
 
-Task file: JSONL, one task per line, as written by the Spec-Bench task builder (``make_tasks.py`` beside the bench data) — fields ``id``,
-``kind``, ``group``, ``prompt``, ``references`` (documents injected as speculation references, never
-put in the prompt), ``gen`` (tokens) and ``temperature`` (0 = greedy).
+Task files: :mod:`fucina.bench.tasks` (its names are re-exported here for the bench's tools).
 
 For every task, in one process, each repeat runs every method in :data:`~fucina.bench.report.METHODS`
 order (plain first: the oracle drafts plain's output and identity is checked against it), so slow
@@ -18,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
-import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -30,12 +26,14 @@ import numpy as np
 
 from fucina.bench.replay import match_only
 from fucina.bench.report import METHODS, Divergence, RunRecord
+from fucina.bench.tasks import Task, TaskFileError, load_tasks, parse_tasks, select_tasks  # noqa: F401 (re-exported)
+from fucina.decoders import DecoderFactory, SpeculationOptions
 from fucina.errors import FucinaError, InvalidOption
 from fucina.generate import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
+from fucina.speculative.cascade import CascadeOptions
 from fucina.speculative.core import SpecOptions, SpeculativeDecoder
-from fucina.speculative.policy import AcceptanceModel, PolicyOptions
+from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
@@ -43,7 +41,6 @@ from fucina.speculative.scripted import ScriptedSource
 TOP_K = 40
 TOP_P = 0.95
 SEED = 0
-MAX_REFERENCES = 8  # SpeculationIndex's default max_references
 PEER_METHODS: dict[str, int | None] = {"peer": None, "peer_n2": 2}  # name -> num_pred_tokens (None: default)
 #: Methods that decode plainly: the reference, and its A/A repeat that measures the run's own noise.
 PLAIN_METHODS = frozenset({"plain", "plain_again"})
@@ -57,111 +54,6 @@ PEER_NOTE = ("llama_cpp.Llama(draft_model=LlamaPromptLookupDecoding(...)) on the
              "its prefill = time to its first token")
 
 Clock = Callable[[], float]
-
-
-class TaskFileError(FucinaError):
-    """The task file is unreadable or a line is not a valid task; the message names the line."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """One benchmark task (a line of the task file)."""
-
-    id: str
-    kind: str
-    group: str
-    prompt: str
-    references: tuple[str, ...]
-    gen: int
-    temperature: float
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-
-# -- task files -------------------------------------------------------------------------------------
-
-_FIELDS = ("id", "kind", "group", "prompt", "references", "gen", "temperature")
-
-
-def _task_from(obj: object, where: str) -> Task:
-    if not isinstance(obj, dict):
-        raise TaskFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    missing = [f for f in _FIELDS if f not in obj]
-    if missing:
-        raise TaskFileError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-    for name in ("id", "kind", "group", "prompt"):
-        if not isinstance(obj[name], str) or not obj[name].strip():
-            raise TaskFileError(f"{where}: field {name} must be a non-empty string")
-    refs = obj["references"]
-    if not isinstance(refs, list) or not all(isinstance(r, str) and r for r in refs):
-        raise TaskFileError(f"{where}: field references must be a list of non-empty strings")
-    if len(refs) > MAX_REFERENCES:
-        raise TaskFileError(f"{where}: {len(refs)} references, at most {MAX_REFERENCES}")
-    gen = obj["gen"]
-    if isinstance(gen, bool) or not isinstance(gen, int) or gen < 1:
-        raise TaskFileError(f"{where}: field gen must be an integer >= 1, got {gen!r}")
-    temp = obj["temperature"]
-    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
-        raise TaskFileError(f"{where}: field temperature must be a number >= 0, got {temp!r}")
-    return Task(obj["id"], obj["kind"], obj["group"], obj["prompt"], tuple(refs), gen, float(temp))
-
-
-def parse_tasks(lines: Iterable[str], source: str = "tasks") -> list[Task]:
-    """Parse JSONL task lines (blank lines skipped); raises TaskFileError naming ``source:line``."""
-    tasks: list[Task] = []
-    seen: dict[str, int] = {}
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{source} line {lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        task = _task_from(obj, where)
-        if task.id in seen:
-            raise TaskFileError(f"{where}: duplicate id {task.id!r} (first on line {seen[task.id]})")
-        seen[task.id] = lineno
-        tasks.append(task)
-    if not tasks:
-        raise TaskFileError(f"{source}: no tasks")
-    return tasks
-
-
-def load_tasks(path: str | Path) -> list[Task]:
-    """Read and validate a task file."""
-    from fucina.files import read_utf8
-
-    return parse_tasks(read_utf8(path, "task file", TaskFileError).splitlines(), str(path))
-
-
-def select_tasks(tasks: Sequence[Task], groups: Sequence[str] | None = None, per_group: int | None = None,
-                 limit: int | None = None, gen: int | None = None) -> list[Task]:
-    """Filter by ``groups`` (unknown names raise), keep ``per_group`` per group then ``limit`` in all,
-    and override every task's ``gen`` when given. Task-file order is kept."""
-    known = list(dict.fromkeys(t.group for t in tasks))
-    if groups:
-        unknown = [g for g in groups if g not in known]
-        if unknown:
-            raise TaskFileError(f"no task in group(s) {', '.join(unknown)}; groups: {', '.join(known)}")
-        tasks = [t for t in tasks if t.group in set(groups)]
-    if per_group is not None:
-        counts: dict[str, int] = {}
-        kept = []
-        for t in tasks:
-            counts[t.group] = counts.get(t.group, 0) + 1
-            if counts[t.group] <= per_group:
-                kept.append(t)
-        tasks = kept
-    if limit is not None:
-        tasks = list(tasks)[:limit]
-    if gen is not None:
-        tasks = [Task(t.id, t.kind, t.group, t.prompt, t.references, gen, t.temperature) for t in tasks]
-    if not tasks:
-        raise TaskFileError("no tasks left after --groups/--per-group/--limit")
-    return list(tasks)
 
 
 def sampler_options(temperature: float) -> SamplerOptions:
@@ -400,17 +292,27 @@ def prepare(model, tasks: Sequence[Task]) -> list[_Prepared]:
     return out
 
 
-def spec_source(model, method: str, refs: Sequence[Sequence[int]], plain_stream: Sequence[int],
-                 cost_table: CostTable):
-    if method == "oracle":
-        return ScriptedSource(plain_stream, model.vocab_size, mode="perfect")
+def method_decoders(model, method: str, cost_table: CostTable, policy: PolicyOptions | None = None) -> DecoderFactory:
+    """The decoder factory of a speculative ``method``: ``fucina`` is the product's (an LLM's with
+    the same cost table and draft cap, :mod:`fucina.decoders`); the others are its ablations."""
+    pol = policy or PolicyOptions()
+    cascade = CascadeOptions()
     if method == "sam_only":
-        return SpeculationIndex(model.vocab_size, CascadeOptions(recycling=False))
-    base = match_only(CascadeOptions(), PolicyOptions())[0] if method == "match_only" else None
-    index = SpeculationIndex(model.vocab_size, options_for_costs(cost_table, base))  # as `fucina generate --spec`
-    for r in refs:
-        index.add_reference(r)
-    return index
+        cascade = CascadeOptions(recycling=False)
+    elif method == "match_only":
+        cascade, pol = match_only(cascade, pol)
+    elif method == "no_pieces":
+        pol = replace(pol, word_pieces=False)
+    decoder = SpecOptions(policy=pol, verify_all=method == "gate_open")
+    return DecoderFactory(model, SpeculationOptions(cost_table=cost_table, decoder=decoder, cascade=cascade))
+
+
+def method_decoder(decoders: DecoderFactory, method: str, sampler: Sampler, refs: Sequence[Sequence[int]],
+                   plain_stream: Sequence[int]) -> SpeculativeDecoder:
+    """One run's decoder: the oracle drafts plain's own output, ``sam_only`` has no references."""
+    if method == "oracle":
+        return decoders.decoder(sampler, source=ScriptedSource(plain_stream, decoders.model.vocab_size, mode="perfect"))
+    return decoders.decoder(sampler, references=() if method == "sam_only" else refs)
 
 
 def _extra(decoder: SpeculativeDecoder) -> dict:
@@ -423,25 +325,16 @@ def _extra(decoder: SpeculativeDecoder) -> dict:
     return extra
 
 
-def _run_ours(model, p: _Prepared, method: str, cost_table: CostTable, plain_stream: Sequence[int],
-              clock: Clock, model_name: str, repeat: int,
-              policy: PolicyOptions | None = None,
-              acceptance: AcceptanceModel | None = None) -> tuple[RunRecord, list[int]]:
+def _run_ours(model, p: _Prepared, method: str, decoders: DecoderFactory | None, plain_stream: Sequence[int],
+              clock: Clock, model_name: str, repeat: int) -> tuple[RunRecord, list[int]]:
     stops = frozenset(model.eos_ids)
     model.reset()
     s0 = clock()
     sampler = Sampler(p.options)
-    if method in PLAIN_METHODS:
+    if decoders is None:
         decoder = PlainDecoder(model, sampler)
     else:
-        pol = policy or PolicyOptions()
-        if method == "match_only":
-            pol = match_only(CascadeOptions(), pol)[1]
-        elif method == "no_pieces":
-            pol = replace(pol, word_pieces=False)
-        opts = SpecOptions(policy=pol, verify_all=method == "gate_open")
-        decoder = SpeculativeDecoder(model, spec_source(model, method, p.refs, plain_stream, cost_table), sampler, opts,
-                                     cost_table=cost_table, clock=time.perf_counter, acceptance=acceptance)
+        decoder = method_decoder(decoders, method, sampler, p.refs, plain_stream)
     setup = clock() - s0
     gc.collect()  # same starting heap for every method; collection stays on during the run
     t0 = clock()
@@ -527,8 +420,9 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
     if peer is None and any(m in PEER_METHODS for m in methods):
         raise InvalidOption("peer methods need a peer engine")
     result = SuiteResult()
-    # One acceptance model per method for the whole suite, as one LLM keeps across its calls.
-    learned = {m: AcceptanceModel.for_options(policy or PolicyOptions()) for m in methods}
+    # One decoder factory (so one acceptance model) per method for the whole suite, as one LLM keeps across its calls.
+    factories = {m: method_decoders(model, m, cost_table, policy) for m in methods
+                 if m not in PLAIN_METHODS and m not in PEER_METHODS}
     for p in prepare(model, tasks):
         pending: list[tuple[RunRecord, list[int], list[int]]] = []  # diverged greedy runs
         for repeat in range(repeats):
@@ -537,8 +431,8 @@ def run_suite(model, tasks: Sequence[Task], *, model_name: str, cost_table: Cost
                 if method in PEER_METHODS:
                     rec, out = _run_peer(peer, model, p, method, clock, model_name, repeat)
                 else:
-                    rec, out = _run_ours(model, p, method, cost_table, [*p.prompt, *plain_out], clock,
-                                         model_name, repeat, policy, learned[method])
+                    rec, out = _run_ours(model, p, method, factories.get(method), [*p.prompt, *plain_out], clock,
+                                         model_name, repeat)
                 if method == "plain":
                     plain_out = out
                 rec.first_diff = first_difference(plain_out, out)

@@ -59,6 +59,8 @@ __all__ = ["CascadeOptions", "CascadeStats", "SourceStats", "SpeculationIndex", 
 #: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
 #: (``python -m fucina.bench.replay --from-bench``, see BENCHMARKS.md, "Model-free components"): 5-8% per group.
 RECYCLING_EXPECTED_ACCEPTANCE = 0.10
+#: Most reference documents one index holds (and one call may draft from).
+MAX_REFERENCES = 8
 
 
 def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) -> "CascadeOptions":
@@ -82,7 +84,7 @@ class CascadeOptions:
     #: SAM matches shorter than this fall through to recycling.
     min_match: int = 1
     #: Most reference documents one index holds.
-    max_references: int = 8
+    max_references: int = MAX_REFERENCES
     #: Offer the ``resume`` candidate after a never-seen token (priced by the policy as its own
     #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
     #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).

@@ -1,0 +1,145 @@
+"""One :class:`fucina.LLM` call's arguments, validated before a token is generated.
+
+Every check raises :class:`~fucina.errors.InvalidOption` (or a subclass) whose ``param`` names the
+argument, so the server can answer a bad request with the field at fault.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence, Union
+
+from fucina.errors import EmptyReference, InvalidOption, TooManyReferences
+from fucina.sampling import SamplerOptions
+from fucina.speculative.cascade import MAX_REFERENCES
+
+__all__ = ["CallSettings", "Message", "Prompt", "call_settings", "chat_messages", "prompt_ids", "token_ids"]
+
+_ROLES = ("system", "developer", "user", "assistant")
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """One call's validated settings."""
+
+    max_tokens: int | None
+    sampler: SamplerOptions
+    stop: tuple[str, ...]
+    stop_token_ids: frozenset[int]
+    references: tuple[tuple[int, ...], ...]
+    speculative: bool
+    #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
+    cross_request: Any = None
+
+
+def call_settings(model, *, default_speculative: bool, max_tokens: int | None, temperature: float, top_p: float,
+                  top_k: int, min_p: float, repeat_penalty: float, frequency_penalty: float,
+                  presence_penalty: float, penalty_last_n: int, seed: int | None,
+                  stop: Union[str, Sequence[str], None], stop_token_ids: Sequence[int],
+                  references: Sequence[Union[str, Sequence[int]]], speculative: bool | None,
+                  cross_request: Any) -> CallSettings:
+    """The arguments of one call on ``model`` (``speculative=None``: ``default_speculative``), validated.
+
+    ``seed=None`` draws a fresh seed; text references are tokenized with the model's tokenizer.
+    """
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise InvalidOption(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}",
+                            param="max_tokens")
+    if seed is None:
+        seed = secrets.randbelow(2**63)
+    sampler = SamplerOptions(
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty,
+        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, penalty_last_n=penalty_last_n,
+        seed=seed,
+    )
+    stops: tuple[str, ...] = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+    for s in stops:
+        if not isinstance(s, str) or not s:
+            raise InvalidOption(f"stop must be non-empty strings, got {s!r}", param="stop")
+    stop_ids = frozenset(token_ids(model, stop_token_ids, "stop_token_ids"))
+    speculative = default_speculative if speculative is None else speculative
+    if not isinstance(speculative, bool):
+        raise InvalidOption(f"speculative must be a bool or None, got {speculative!r}", param="speculative")
+    refs = _references(model, references)
+    if refs and not speculative:
+        raise InvalidOption("references feed speculation; they need speculative=True", param="references")
+    cross = cross_request
+    if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
+        raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
+                            f"got {type(cross).__name__}", param="cross_request")
+    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
+
+
+def _references(model, references: Any) -> tuple[tuple[int, ...], ...]:
+    if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
+        raise InvalidOption("references must be a list of documents (strings or token-id lists)",
+                            param="references")
+    if len(references) > MAX_REFERENCES:
+        raise TooManyReferences(f"at most {MAX_REFERENCES} references, got {len(references)}",
+                                param="references")
+    out = []
+    for i, ref in enumerate(references):
+        toks = (model.tokenize(ref, add_bos=False) if isinstance(ref, str)
+                else token_ids(model, ref, f"references[{i}]"))
+        if not toks:
+            raise EmptyReference(f"references[{i}] is empty", param="references")
+        out.append(tuple(int(t) for t in toks))
+    return tuple(out)
+
+
+def token_ids(model, ids: Any, what: str) -> list[int]:
+    """``ids`` as a list of ``model``'s token ids; ``what`` names the argument in the error."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise InvalidOption(f"{what} must be a sequence of token ids", param=what.split("[")[0])
+    vocab = model.vocab_size
+    out = []
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+            raise InvalidOption(f"{what} holds {t!r}, not a token id in [0, {vocab})", param=what.split("[")[0])
+        out.append(int(t))
+    return out
+
+
+def prompt_ids(model, prompt: Prompt) -> list[int]:
+    """A completion prompt's tokens: text with special-token markers parsed, or token ids as they are."""
+    if isinstance(prompt, str):
+        # Special-token text is parsed, as llama.cpp's and llama-cpp-python's servers do.
+        ids = list(model.tokenize(prompt, add_bos=bool(getattr(model, "add_bos_default", True)), special=True))
+    else:
+        ids = token_ids(model, prompt, "prompt")
+    if not ids:
+        raise InvalidOption("prompt is empty", param="prompt")
+    return ids
+
+
+def chat_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """``messages`` as ``{"role", "content"}`` dicts of text (``developer`` read as ``system``)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
+                            param="messages")
+    return [_message(m, i) for i, m in enumerate(messages)]
+
+
+def _message(m: Any, i: int) -> dict[str, str]:
+    if not isinstance(m, Mapping):
+        raise InvalidOption(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
+    role = m.get("role")
+    if role not in _ROLES:
+        raise InvalidOption(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
+                            param="messages")
+    content = m.get("content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise InvalidOption(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}",
+                                    param="messages")
+            texts.append(part["text"])
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+    return {"role": "system" if role == "developer" else role, "content": content}
