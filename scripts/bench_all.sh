@@ -10,10 +10,10 @@ mkdir -p "$OUT"
 export FUCINA_CACHE="$PWD/$OUT/cache"   # cost tables calibrated on this quiet machine, not reused ones
 python "$SHARED/make_tasks.py" --out "$OUT/tasks.jsonl" --per-group "$PER_GROUP"
 # Tier 1: model-free (sampler, SAM, cascade replay).
-python -m fucina.bench.sampling --json > "$OUT/sampling.json"
-python -m fucina.bench.sam --from-bench --bench-dir "$SHARED" --repeats 3 --json > "$OUT/sam.json"
-python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --json > "$OUT/replay.json"
-python -m fucina.bench.replay --from-bench --bench-dir "$SHARED" --no-recycling --no-synthetic > "$OUT/replay-sam-lanes.txt"
+python -m benchmarks.sampling --json > "$OUT/sampling.json"
+python -m benchmarks.sam --from-bench --bench-dir "$SHARED" --repeats 3 --json > "$OUT/sam.json"
+python -m benchmarks.replay --from-bench --bench-dir "$SHARED" --json > "$OUT/replay.json"
+python -m benchmarks.replay --from-bench --bench-dir "$SHARED" --no-recycling --no-synthetic > "$OUT/replay-sam-lanes.txt"
 # Verify cost tables, standard build.
 for m in gemma3-270m smollm2-135m; do
   fucina spec-bench "$m" --repeats 5 --out "$OUT/cost-$m.json" > "$OUT/cost-$m.txt"
@@ -22,20 +22,20 @@ done
 # with it, under a GPU-like flat table and this machine's SmolLM2 table; cross-request beside it.
 TR="$SHARED/traces/agent_traces_dev.jsonl"
 for t in "--flat" "--cost-table $OUT/cost-smollm2-135m.json"; do
-  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --no-policy
-  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --match-only
-  python -m fucina.bench.replay --traces "$TR" --no-recycling --no-synthetic $t --cross-request 65536
+  python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic $t --no-policy
+  python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic $t --match-only
+  python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic $t --cross-request 65536
 done > "$OUT/replay-traces.txt"
 # Each model's own plain outputs of the bench tasks, replayed under its cost table: the policy (and its
 # match_only ablation) beside the perfect policy and the retrieval ceiling.
 for m in gemma3-270m smollm2-135m; do
-  python -m fucina.bench.streams --tasks "$OUT/tasks.jsonl" --model "$m" --out "$OUT/streams-$m.jsonl"
+  python -m benchmarks.streams --tasks "$OUT/tasks.jsonl" --model "$m" --out "$OUT/streams-$m.jsonl"
   for a in "" "--match-only"; do
-    python -m fucina.bench.replay --streams "$OUT/streams-$m.jsonl" --no-synthetic --cost-table "$OUT/cost-$m.json" \
+    python -m benchmarks.replay --streams "$OUT/streams-$m.jsonl" --no-synthetic --cost-table "$OUT/cost-$m.json" \
       --per-task $a
   done > "$OUT/replay-streams-$m.txt"
 done
-python -m fucina.bench.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
+python -m benchmarks.crossreq --traces "$TR" > "$OUT/crossreq-memory.txt"
 # Tier 2: end to end (the patched engine when built: exact level). Each run has the A/A column beside the
 # headline (plain_again: plain once more, last in every repeat; Gemma's default methods include it).
 fucina bench --tasks "$OUT/tasks.jsonl" --model gemma3-270m --repeats 3 --out "$OUT/suite-gemma3"
@@ -45,23 +45,23 @@ fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fuc
 fucina bench --tasks "$OUT/tasks.jsonl" --model smollm2-135m --methods plain,fucina,plain_again --repeats 15 \
   --groups mt_bench,freeform --out "$OUT/floor-smollm2"
 # Where a step's time goes (model forward vs sampler vs index vs policy vs the decoder's Python).
-python -m fucina.bench.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
+python -m benchmarks.overhead --tasks "$OUT/tasks.jsonl" --model gemma3-270m > "$OUT/overhead-gemma3.txt"
 # The cost of exactness: stock vs GGML_LLAMAFILE=OFF vs the patched engine, side by side.
 OUT="$OUT" TASKS="$OUT/tasks.jsonl" bash scripts/bench_engines.sh
 # Exactness audits (not timed): the stock engine's divergence rate, and the patched engine's 100%.
-FUCINA_ENGINE=stock python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1
-FUCINA_ENGINE=patched python -m fucina.bench.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-patched.txt" 2>&1
+FUCINA_ENGINE=stock python -m benchmarks.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-std.txt" 2>&1
+FUCINA_ENGINE=patched python -m benchmarks.exactness --bench-dir "$SHARED" --prompts 24 --gen 128 > "$OUT/exactness-patched.txt" 2>&1
 # Through HTTP: fucina serve vs llama-cpp-python's server and llama.cpp's llama-server (built from the vendored sources).
 LS=$(bash scripts/build_llama_server.sh)
-python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
+python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
   --servers fucina,fucina-plain,llama-server,ngram-mod,ngram-simple,ngram-map-k \
   --traces "$SHARED/traces/agent_traces_dev.jsonl" --trace-source swe-agent --session-steps 5 \
   --session-tokens 1500 --session-gen 16 --llama-server "$LS" --out "$OUT/http-smollm2"
-python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --servers api,fucina --out "$OUT/http-api"
+python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --servers api,fucina --out "$OUT/http-api"
 # The same text on both sides (fucina on the stock engine writes what llama-server writes): every repeat a first
 # sight (--fresh), then repeated requests against the servers that remember across requests.
-FUCINA_ENGINE=stock python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --fresh \
+FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 --fresh \
   --servers fucina,fucina-plain,llama-server,ngram-mod,ngram-simple,ngram-map-k --llama-server "$LS" \
   --out "$OUT/http-stock-fresh"
-FUCINA_ENGINE=stock python -m fucina.bench.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
+FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
   --servers fucina,fucina-xreq,fucina-plain,llama-server,ngram-mod --llama-server "$LS" --out "$OUT/http-stock-warm"

@@ -10,8 +10,8 @@ mkdir -p "$OUT"
 python -m fucina.engine build                          # the patched engine (cached)
 python -m fucina.engine build --variant no-llamafile   # the older exact recipe, for comparison (cached)
 # Batch invariance, plain step and verify costs (5 rounds over the engines), patched-vs-stock logits.
-python -m fucina.bench.engines --repeats 5 --json > "$OUT/engines.json"
-python -c "import json,sys; from fucina.bench.engines import render; print(render(json.load(open(sys.argv[1]))))" \
+python -m benchmarks.engines --repeats 5 --json > "$OUT/engines.json"
+python -c "import json,sys; from benchmarks.engines import render; print(render(json.load(open(sys.argv[1]))))" \
   "$OUT/engines.json" > "$OUT/engines.md"
 # The suite on each engine: speedup over plain (interleaved in each run) and runs identical to plain.
 NOLF=$(python -m fucina.engine path --variant no-llamafile)

@@ -2,7 +2,7 @@
 # Builds llama.cpp's own `llama-server` from the llama.cpp vendored in the pinned llama-cpp-python sdist,
 # so the peer runs the very engine sources fucina runs. Output: $FUCINA_CACHE/llama-server-<version>/
 # (default ~/.cache/fucina), outside the repository; a finished build is reused. About 5-10 minutes on
-# 2 cores, once. Prints the binary's path. Used by `python -m fucina.bench.http` (BENCHMARKS.md).
+# 2 cores, once. Prints the binary's path. Used by `python -m benchmarks.http` (BENCHMARKS.md).
 set -euo pipefail
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 CACHE=${FUCINA_CACHE:-$HOME/.cache/fucina}

@@ -12,7 +12,7 @@ def _no_silent_source_faults(request, caplog):
     yield
     if request.node.get_closest_marker("source_fault_expected"):
         return
-    faults = [r.getMessage() for r in caplog.get_records("call") if r.name == "fucina.speculative.core"
+    faults = [r.getMessage() for r in caplog.get_records("call") if r.name == "fucina.speculative.decoder"
               and "draft source failed" in r.getMessage()]
     assert not faults, faults
 

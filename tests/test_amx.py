@@ -196,7 +196,7 @@ def test_the_peer_gets_our_model_parameters(amx_stock, loads):
 
 
 def test_bench_engines_stock_load_without_extra_bufts(amx_stock, loads):
-    from fucina.bench.engines import _load
+    from benchmarks.engines import _load
 
     with pytest.raises(LoadStopped):
         _load("gemma3-270m", "stock")
@@ -204,7 +204,7 @@ def test_bench_engines_stock_load_without_extra_bufts(amx_stock, loads):
 
 
 def test_llama_server_comparisons_load_without_repacking(amx_stock):
-    from fucina.bench.http import server_command
+    from benchmarks.http import server_command
 
     cmd = server_command("ngram-mod", "m", Path("m.gguf"), ctx=1024, threads=2, port=1, llama_server="/bin/ls")
     assert "--no-repack" in cmd

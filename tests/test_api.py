@@ -294,7 +294,7 @@ def test_gemma_base_model_has_no_chat_template_but_completes():
 # -- cross-request indexes (issue 14) ------------------------------------------------------------------
 
 def test_cross_request_drafts_from_earlier_calls_records_finished_ones_and_changes_nothing():
-    from fucina.speculative.core import SpecOptions
+    from fucina.speculative.decoder import SpecOptions
     from fucina.speculative.crossreq import CrossRequestIndex
 
     secret = "qz7 vek9 plum3 rork8 nib2 sowt5 kelm1 drab4 yust6 fenw0 gosh7 lirt3 " * 2
@@ -331,7 +331,7 @@ def test_calls_share_what_the_drafting_policy_learned():
 
 
 def test_a_conversation_learns_in_the_llms_acceptance_model():
-    from fucina.speculative.core import SpecOptions
+    from fucina.speculative.decoder import SpecOptions
 
     llm = make_llm()
     llm.complete("abcabcabcabc abcabc", max_tokens=16, temperature=0)

@@ -19,7 +19,7 @@ from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOve
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
 from fucina.sampling import SamplerOptions
-from fucina.speculative.core import SpecOptions
+from fucina.speculative.decoder import SpecOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.sam import SamIndex
 from fucina.speculative.source import Draft

@@ -37,7 +37,7 @@ def lint_imports_with(tmp_path: Path, module: str, line: str) -> subprocess.Comp
 
 
 def test_a_backend_import_in_speculative_breaks_a_contract(tmp_path):
-    r = lint_imports_with(tmp_path, "speculative/core.py", "from fucina.backends import fake as _smuggled")
+    r = lint_imports_with(tmp_path, "speculative/decoder.py", "from fucina.backends import fake as _smuggled")
     assert r.returncode != 0, r.stdout[-3000:]
     assert "The speculative layers, plain decoding and the sampler import no backend BROKEN" in r.stdout
-    assert "fucina.speculative.core -> fucina.backends.fake" in r.stdout
+    assert "fucina.speculative.decoder -> fucina.backends.fake" in r.stdout

@@ -3,10 +3,10 @@
 import pytest
 
 from fucina.backends.fake import FakeModel
-from fucina.generate import PlainDecoder
-from fucina.shape_audit import RecordingModel, replay
+from fucina.plain import PlainDecoder
+from benchmarks.shape_audit import RecordingModel, replay
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.scripted import ScriptedSource
 

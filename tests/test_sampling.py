@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fucina import sampling
-from fucina.bench import sampling as bench
+from benchmarks import sampling as bench
 from fucina.errors import FucinaError, InvalidArgument, InvalidOption, InvalidToken
 from fucina.sampling import MIN_TEMPERATURE, Sampler, SamplerOptions, argmax, pick_token
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 
 from fucina.call_settings import CallSettings, Message, Prompt, call_settings, chat_messages, prompt_ids
 from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.prefix_cache import PrefixCache
-from fucina.results import (Completion, CompletionChunk, FinishReason, SourceReport, SpeculationReport,
+from fucina.results import (Completion, CompletionChunk, FinishReason, SpeculationReport,
                             Timings, Usage)
 from fucina.sampling import Sampler
-from fucina.speculative.cascade import MAX_REFERENCES  # re-exported: one call's reference limit
+from fucina.speculative.index import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
 from fucina.text import TextLoop
 
@@ -70,7 +70,7 @@ class LLM:
             ``exact=True``: repacked weights take another kernel for batched rows.
         cost_table: a :class:`CostTable` or the path of one (``fucina calibrate --out``); default:
             the table cached for this model and machine, measured once when missing.
-        spec_options: low-level decoder options (:class:`fucina.speculative.core.SpecOptions`).
+        spec_options: low-level decoder options (:class:`fucina.speculative.decoder.SpecOptions`).
         chat_template: a template (llama.cpp name such as ``"chatml"``, or template text) for models
             that ship none.
         name: the model id reported (default: the short name or the file stem).
@@ -437,7 +437,7 @@ class LLM:
             return None
         from fucina.doctor import level_for
 
-        sources = tuple(SourceReport(s.name, s.drafted, s.accepted) for s in decoder.source.stats().sources)
+        sources = decoder.source.stats().sources
         return SpeculationReport(stats.steps, stats.verifies, stats.drafted, stats.accepted, stats.committed,
                                  str(decoder.policy), sources, level_for(self._report, self._max_draft()),
                                  source_fault=stats.source_fault)

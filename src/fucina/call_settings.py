@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence, Union
 
 from fucina.errors import EmptyReference, InvalidOption, TooManyReferences
 from fucina.sampling import SamplerOptions
-from fucina.speculative.cascade import MAX_REFERENCES
+from fucina.speculative.index import MAX_REFERENCES
 
 __all__ = ["CallSettings", "Message", "Prompt", "call_settings", "chat_messages", "prompt_ids", "token_ids"]
 

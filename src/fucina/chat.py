@@ -41,10 +41,10 @@ from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOve
                            ConversationDesync, InvalidOption, SpeculationDisabled,
                            StopSequencesNeedPlainDecoding)
 from fucina.decoders import DecoderFactory, SpeculationOptions
-from fucina.generate import GenerationStats, PlainDecoder
+from fucina.plain import GenerationStats, PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeStats, SpeculationIndex
-from fucina.speculative.core import SpecOptions, SpecStats, SpeculativeDecoder
+from fucina.speculative.index import CascadeStats, SpeculationIndex
+from fucina.speculative.decoder import SpecOptions, SpecStats, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel
 from fucina.speculative.turn_gate import TurnGate

@@ -8,7 +8,7 @@ generations share: the :class:`SpeculationOptions` (cost table, decoder options 
 draft cap of :func:`decoder_options` applied, cascade options, clock) and the drafting policy's
 :class:`~fucina.speculative.policy.AcceptanceModel`, so each generation starts from what the earlier
 ones learned of the sources' acceptance. Plain decoding needs none of this:
-``PlainDecoder(model, sampler)`` (:mod:`fucina.generate`).
+``PlainDecoder(model, sampler)`` (:mod:`fucina.plain`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from fucina.errors import InvalidOption
 from fucina.sampling import Sampler
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex, options_for_costs
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.index import CascadeOptions, SpeculationIndex, options_for_costs
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel
 from fucina.speculative.source import DraftSource

@@ -38,7 +38,8 @@ class Usage:
 
 @dataclass(frozen=True)
 class SourceReport:
-    """One draft source's share of a call: tokens it drafted and how many were accepted."""
+    """One draft source's share of a call (or, from the index, of its lifetime): tokens it drafted and
+    how many were accepted."""
 
     name: str
     drafted: int
@@ -46,7 +47,11 @@ class SourceReport:
 
     @property
     def acceptance(self) -> float:
+        """accepted / drafted (0.0 before the first draft)."""
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.accepted}/{self.drafted}"
 
 
 @dataclass(frozen=True)

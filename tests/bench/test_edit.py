@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fucina.bench.edit import METHODS, chat_messages, completion_prompt, load_tasks, render, summarize
+from benchmarks.edit import METHODS, chat_messages, completion_prompt, load_tasks, render, summarize
 
 
 def test_tasks_are_60_to_200_line_stdlib_functions_with_the_parameter_to_rename():

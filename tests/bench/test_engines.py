@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fucina.bench.engines import main, render
+from benchmarks.engines import main, render
 
 
 def _result() -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fucina.bench import http
+from benchmarks import http
 
 
 def _sample(server: str, group: str, item: str, tps: float, repeat: int = 0) -> dict:

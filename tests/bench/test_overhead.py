@@ -1,11 +1,11 @@
-"""python -m fucina.bench.overhead: the per-step time split, on the fake model."""
+"""python -m benchmarks.overhead: the per-step time split, on the fake model."""
 
 from __future__ import annotations
 
 import pytest
 
 from fucina.backends.fake import FakeModel
-from fucina.bench.overhead import COMPONENTS, Timers, format_table, main, profile_task, summarize
+from benchmarks.overhead import COMPONENTS, Timers, format_table, main, profile_task, summarize
 from fucina.bench.suite import prepare
 from fucina.bench.tasks import Task
 from fucina.speculative.costs import CostTable

@@ -1,4 +1,4 @@
-"""The model-free replay tool (``python -m fucina.bench.replay``) and the cross-request memory bench.
+"""The model-free replay tool (``python -m benchmarks.replay``) and the cross-request memory bench.
 
 No model and no ../shared: a byte tokenizer stands in for the model's, and the traces are written here.
 """
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fucina.bench import crossreq as crossreq_bench
-from fucina.bench import replay
-from fucina.speculative.cascade import CascadeOptions
+from benchmarks import crossreq as crossreq_bench
+from benchmarks import replay
+from fucina.speculative.index import CascadeOptions
 
 
 class ByteTokenizer:
@@ -159,9 +159,9 @@ def test_cross_request_memory_bench_respects_the_bound():
 def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, capsys):
     """A FakeModel's plain outputs recorded by bench.streams replay per group, with the perfect policy."""
     from fucina.backends.fake import FakeModel
-    from fucina.bench import streams
+    from benchmarks import streams
     from fucina.bench.suite import Task
-    from fucina.generate import PlainDecoder
+    from fucina.plain import PlainDecoder
     from fucina.sampling import Sampler, SamplerOptions
 
     monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: ByteTokenizer())
@@ -208,7 +208,7 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
 
 def test_recorded_streams_name_their_model_and_the_replay_reads_them_with_it(tmp_path, monkeypatch, capsys):
     from fucina.backends.fake import FakeModel
-    from fucina.bench import streams
+    from benchmarks import streams
     from fucina.bench.suite import Task
 
     asked = []

@@ -15,7 +15,7 @@ from fucina.bench.suite import PeerRun, encode_prompt, first_difference, peer_ac
 from fucina.bench.tasks import Task, TaskFileError, load_tasks, parse_tasks, select_tasks
 from fucina.cli import main
 from fucina.errors import InvalidOption
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 

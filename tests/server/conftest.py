@@ -19,7 +19,7 @@ import uvicorn  # noqa: E402
 from fucina.api import LLM  # noqa: E402
 from fucina.backends.fake import FakeModel  # noqa: E402
 from fucina.server import ServerSettings, create_app  # noqa: E402
-from fucina.speculative.core import SpecOptions  # noqa: E402
+from fucina.speculative.decoder import SpecOptions  # noqa: E402
 from fucina.speculative.costs import CostTable  # noqa: E402
 
 #: A flat verify cost table: no calibration runs, and speculation pays on every accepted token.

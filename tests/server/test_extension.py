@@ -154,7 +154,7 @@ def test_speculation_cannot_be_switched_on_at_a_no_spec_server(reference):
 @pytest.mark.source_fault_expected
 def test_a_draft_source_that_fails_mid_request_leaves_the_answer_plain(client, reference, monkeypatch):
     """Injected fault: the cascade raises on its third draft; the answer still equals plain decoding."""
-    from fucina.speculative.cascade import SpeculationIndex
+    from fucina.speculative.index import SpeculationIndex
 
     real, calls = SpeculationIndex.draft, []
 

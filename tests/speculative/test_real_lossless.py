@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fucina.engine_selection import active_engine
-from fucina.bench.exactness import compare, prompt_file
+from benchmarks.exactness import compare, prompt_file
 
 #: The project's own prompt set (the suite never reads data outside the repository).
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"

@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fucina.backends.fake import FakeModel
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.index import CascadeOptions, SpeculationIndex
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
 from fucina.speculative.sam import SamIndex
 from tests.strategies import any_token_streams
@@ -27,9 +27,11 @@ def test_a_substituted_word_resumes_the_copy_after_it():
     idx.observe([1, 2, 3, 4, 5, 6, 7, 1, 2, 3])
     idx.observe([99])
     assert idx.confidence() == 1
-    assert idx.suggest([], 4) == [5, 6, 7, 1] and idx.last_source == "resume" and idx.last_forks is None
+    offer = idx.draft([], 4)
+    assert offer.tokens == (5, 6, 7, 1) and offer.kind == "resume" and offer.forks is None
     idx.observe([5, 6, 7])  # accepted 3 of 4: the conversation matches again, resume is off
-    assert idx.confidence() == 3 and idx.suggest([], 2) == [1, 2] and idx.last_source == "conversation"
+    offer = idx.draft([], 2)
+    assert offer.confidence == 3 and offer.tokens == (1, 2) and offer.kind == "conversation"
     assert [s.name for s in idx.stats().sources] == ["conversation", "resume"]
     assert (idx.stats()["resume"].accepted, idx.stats()["resume"].drafted) == (3, 4)
 
@@ -68,9 +70,10 @@ def test_resume_matches_its_definition_whatever_the_observe_slices(stream, cuts,
         if idx.conversation.match_len():
             continue
         expect = brute_resume(stream[:i], budget)
-        got = idx.suggest(stream[:i], budget)
+        offer = idx.draft(stream[:i], budget)
+        got = list(offer.tokens)
         idx.truncate_pending(0)
-        assert got == expect and (idx.last_source == "resume") == bool(expect), (stream[:i], got, expect)
+        assert got == expect and (offer.kind == "resume") == bool(expect), (stream[:i], got, expect)
 
 
 @pytest.mark.parametrize("opts", [SamplerOptions(), SamplerOptions(temperature=0.8, top_k=20, seed=7)],

@@ -509,17 +509,19 @@ def test_stats_and_nbytes_account_for_python_objects():
 def test_bench_runs_on_a_token_file(tmp_path: Path):
     f = tmp_path / "toks.txt"
     f.write_text(" ".join(str(t) for t in [1, 2, 3, 4] * 50) + "\n")
-    src = Path(sam_module.__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-m", "fucina.bench.sam", "--tokens-file", str(f),
-                          "--repeats", "1", "--json"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(src)}, timeout=60, check=True)
+    src = Path(sam_module.__file__).resolve().parents[2]  # the tree under test, and the experiments beside it
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sam", "--tokens-file", str(f),
+                          "--repeats", "1", "--json"], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(root)])}, timeout=60,
+                         check=True)
     report = json.loads(out.stdout)
     assert report["tokens"] == 200 and report["build_bulk_tok_s"] > 0
     assert report["bytes_per_token"] > 0 and report["query_us"] > 0
 
 
 def test_bench_from_bench_without_tokenizer_exits_2(tmp_path: Path, capsys):
-    from fucina.bench.sam import main
+    from benchmarks.sam import main
 
     code = main(["--from-bench", "--bench-dir", str(tmp_path),
                  "--tokenizer-module", "no_such_module_x"])

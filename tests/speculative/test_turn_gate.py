@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fucina.speculative.cascade import SpeculationIndex
+from fucina.speculative.index import SpeculationIndex
 from fucina.speculative.source import Draft, DraftSource
 from fucina.speculative.turn_gate import TurnGate
 

@@ -24,15 +24,14 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from fucina.bench.replay import match_only
 from fucina.bench.report import METHODS, Divergence, RunRecord
 from fucina.bench.tasks import Task, TaskFileError, load_tasks, parse_tasks, select_tasks  # noqa: F401 (re-exported)
 from fucina.decoders import DecoderFactory, SpeculationOptions
 from fucina.errors import FucinaError, InvalidOption
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.cascade import CascadeOptions
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.index import CascadeOptions
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.topk import top2_gap
 from fucina.speculative.costs import CostTable
@@ -56,6 +55,14 @@ PEER_NOTE = ("llama_cpp.Llama(draft_model=LlamaPromptLookupDecoding(...)) on the
 Clock = Callable[[], float]
 
 
+def match_only(cascade: CascadeOptions, policy: PolicyOptions) -> tuple[CascadeOptions, PolicyOptions]:
+    """The ``match_only`` ablation of given options: drafts priced on match length alone (no fork
+    flags or word pieces, no resume source, sampled and greedy generations learned together). ``fucina bench
+    --methods match_only`` and ``python -m benchmarks.replay --match-only`` both take it from here."""
+    return (replace(cascade, forks=False, resume=False),
+            replace(policy, split_sampled=False, word_pieces=False))
+
+
 def sampler_options(temperature: float) -> SamplerOptions:
     """Our sampler for a task (see the module docstring)."""
     if temperature <= 0:
@@ -66,7 +73,7 @@ def sampler_options(temperature: float) -> SamplerOptions:
 def encode_prompt(model, text: str) -> list[int]:
     """The prompt through the model's chat template when it has one, raw otherwise.
 
-    Same rule as :func:`fucina.bench.exactness.encode`, but tolerant of models without the
+    Same rule as :func:`benchmarks.exactness.encode`, but tolerant of models without the
     template API (the fake model), which count as "no template".
     """
     template = getattr(model, "chat_template", None)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from fucina.errors import FucinaError
-from fucina.speculative.cascade import MAX_REFERENCES
+from fucina.speculative.index import MAX_REFERENCES
 
 __all__ = ["Task", "TaskFileError", "load_tasks", "parse_tasks", "select_tasks"]
 

@@ -109,7 +109,7 @@ def llm_from_args(args: argparse.Namespace, *, speculative: bool = False, **extr
     options: dict[str, Any] = dict(n_ctx=args.ctx, n_threads=args.threads, exact=args.exact,
                                    repack=getattr(args, "repack", None))
     if speculative:
-        from fucina.speculative.core import SpecOptions
+        from fucina.speculative.decoder import SpecOptions
 
         options.update(cost_table=getattr(args, "cost_table", None),
                        spec_options=SpecOptions(verify_all=getattr(args, "verify_all", False)))

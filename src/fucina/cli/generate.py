@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fucina.generate import GenerationStats
+    from fucina.plain import GenerationStats
 
     if args.gen < 1:
         raise CliError("--gen must be >= 1")

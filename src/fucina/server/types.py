@@ -43,7 +43,7 @@ MAX_INT = 2**31 - 1
 MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 1 << 20
 #: Reference documents per request, the prediction included (fucina.LLM's limit).
-from fucina.speculative.cascade import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
+from fucina.speculative.index import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
 #: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
 MIN_TEMPERATURE = 1e-6
 

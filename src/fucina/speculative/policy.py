@@ -59,7 +59,7 @@ __all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "WordPieces", "PRI
 E_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
 
 #: Per-token acceptance by bucket: every position of the Spec-Bench dev reference answers offered
-#: its candidate and scored against the answer (``python -m fucina.bench.replay --from-bench
+#: its candidate and scored against the answer (``python -m benchmarks.replay --from-bench
 #: --bench-dir ../shared/bench --no-recycling --no-synthetic --priors``; docs/benchmarks-archive/2026-12-01-xeon.md, "One drafting policy"), the e = 0
 #: bucket from recycling's 5-8%. The agent traces accept more (m1 0.43, m32+ 0.99) but a small
 #: model copies less than a recorded answer, so the lower figures are the safer start. Priors

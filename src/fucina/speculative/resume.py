@@ -7,7 +7,7 @@ where the conversation's last match before the final token would have continued;
 token ends every match, the draft is the stream from two tokens past that occurrence: the text
 after the token the previous match was followed by.
 
-It reads the conversation SAM of the cascade (:mod:`fucina.speculative.cascade`) and owns nothing
+It reads the conversation SAM of the cascade (:mod:`fucina.speculative.index`) and owns nothing
 else; the cascade offers its draft when no SAM matches, priced by the policy as its own kind.
 """
 

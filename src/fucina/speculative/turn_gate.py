@@ -1,7 +1,7 @@
 """TurnGate: the draft-source wrapper that keeps an index in step with a chat turn's trimmed transcript.
 
 :class:`fucina.chat.Conversation` puts one between its decoder and its
-:class:`~fucina.speculative.cascade.SpeculationIndex`, so the conversation SAM holds exactly the
+:class:`~fucina.speculative.index.SpeculationIndex`, so the conversation SAM holds exactly the
 committed stream a turn keeps, whatever the decoder committed past the turn's stop.
 """
 

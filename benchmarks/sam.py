@@ -1,7 +1,7 @@
 """Model-free benchmark of the SAM index: build speed, memory, and query latency on a token stream.
 
-    python -m fucina.bench.sam --tokens-file F [--limit N] [--repeats R] [--json]
-    python -m fucina.bench.sam --from-bench --bench-dir DIR [--limit N] [--repeats R] [--json]
+    python -m benchmarks.sam --tokens-file F [--limit N] [--repeats R] [--json]
+    python -m benchmarks.sam --from-bench --bench-dir DIR [--limit N] [--repeats R] [--json]
 
 ``--tokens-file`` reads whitespace-separated token ids. ``--from-bench`` reads every text of the
 Spec-Bench dev tasks (``spec_bench_dev.jsonl``: the ``turns`` strings and the possibly nested
@@ -146,7 +146,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def _parse(argv: Iterable[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.sam",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.sam",
                                  description=(__doc__ or "").split("\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tokens-file", type=Path, help="whitespace-separated token ids")
@@ -169,7 +169,7 @@ def _parse(argv: Iterable[str] | None) -> argparse.Namespace:
 
 
 def _fail(msg: str) -> int:
-    print(f"fucina.bench.sam: {msg}", file=sys.stderr)
+    print(f"benchmarks.sam: {msg}", file=sys.stderr)
     return 2
 
 

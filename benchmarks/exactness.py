@@ -1,6 +1,6 @@
 """Speculative vs plain, token for token, on real prompts: the exactness audit.
 
-``python -m fucina.bench.exactness (--bench-dir DIR | --prompt-file FILE) [--model M ...] [--prompts N] [--gen N] [--exact-load] [--json]``
+``python -m benchmarks.exactness (--bench-dir DIR | --prompt-file FILE) [--model M ...] [--prompts N] [--gen N] [--exact-load] [--json]``
 
 For each prompt and each sampling mode (greedy, and t=0.8/top-k 20 sampled) it decodes plainly and
 speculatively (full cascade, verify_all: every step that can verify does) and reports whether
@@ -85,7 +85,7 @@ def encode(model, text: str) -> list[int]:
 
 
 def _plain(model, prompt, opts, n, stops):
-    from fucina.generate import PlainDecoder
+    from fucina.plain import PlainDecoder
 
     model.reset()
     top2: list[tuple[int, int, float]] = []  # per position; a full row copy would be 1 MiB at 262k
@@ -99,7 +99,7 @@ def _plain(model, prompt, opts, n, stops):
 
 def _spec(model, prompt, opts, n, stops, table, max_draft, source="cascade", expected=()):
     from fucina.decoders import DecoderFactory, SpeculationOptions
-    from fucina.speculative.core import SpecOptions
+    from fucina.speculative.decoder import SpecOptions
     from fucina.speculative.policy import PolicyOptions
     from fucina.speculative.scripted import ScriptedSource
 
@@ -154,7 +154,7 @@ def compare(model, name: str, prompts: Sequence[tuple[str, str]], gen: int, exac
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.exactness", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.exactness", description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append", default=None, help="repeatable; default gemma3-270m and smollm2-135m")
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--gen", type=int, default=128)

@@ -7,7 +7,8 @@ import pytest
 
 from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, InvalidToken,
                            TooManyReferences)
-from fucina.speculative.cascade import (CascadeOptions, CascadeStats, SourceStats,
+from fucina.results import SourceReport
+from fucina.speculative.index import (CascadeOptions, CascadeStats,
                                         SpeculationIndex)
 from fucina.speculative.source import NO_DRAFT, Draft, DraftSource
 
@@ -38,6 +39,12 @@ def ctx(idx: SpeculationIndex) -> list[int]:
     return list(idx.conversation.tokens)
 
 
+def offer(idx: SpeculationIndex, budget: int) -> tuple[list[int], str | None]:
+    # This step's offer as (tokens, kind): which source drafted what.
+    d = idx.draft(ctx(idx), budget)
+    return list(d.tokens), d.kind
+
+
 # -- selection and tie-breaks ------------------------------------------------------------------------
 
 def test_is_a_draft_source():
@@ -49,38 +56,34 @@ def test_tie_between_conversation_and_reference_goes_to_conversation():
     # Both match the suffix [1, 2] (length 2): the live stream's continuation wins.
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[1, 2, 40, 41, 42, 43, 44, 45]])
     assert idx.conversation.match_len() == 2 and idx._refs[0].cursor.match_len() == 2
-    assert idx.suggest(ctx(idx), 6) == [3, 4, 5, 6, 7, 8]
-    assert idx.last_source == "conversation"
+    assert offer(idx, 6) == ([3, 4, 5, 6, 7, 8], "conversation")
 
 
 def test_longer_reference_match_beats_conversation():
     # The reference matches [8, 1, 2] (3) against the conversation's [1, 2] (2).
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])
-    assert idx.suggest(ctx(idx), 16) == [40, 41, 42]
-    assert idx.last_source == "ref0"
+    assert offer(idx, 16) == ([40, 41, 42], "ref0")
 
 
 def test_tie_between_references_goes_to_first_added():
     # ref0 and ref1 both match [1, 2]; the conversation matches nothing.
     idx = index([8, 1, 2], refs=[[1, 2, 40, 41], [1, 2, 50, 51]])
-    assert idx.suggest(ctx(idx), 16) == [40, 41]
-    assert idx.last_source == "ref0"
+    assert offer(idx, 16) == ([40, 41], "ref0")
 
 
 def test_longer_second_reference_beats_first():
     # ref1 matches [8, 1, 2] (3), ref0 only [1, 2] (2): order matters only for ties.
     idx = index([8, 1, 2], refs=[[1, 2, 40, 41], [8, 1, 2, 50, 51]])
-    assert idx.suggest(ctx(idx), 16) == [50, 51]
-    assert idx.last_source == "ref1"
+    assert offer(idx, 16) == ([50, 51], "ref1")
 
 
 def test_dead_end_winner_yields_to_next_candidate():
     # ref0 has the longest match but its text ends right there: the conversation drafts instead.
     idx = index([1, 2, 3, 4, 1, 2], refs=[[9, 4, 1, 2]])
     assert idx._refs[0].cursor.match_len() == 3
-    draft = idx.suggest(ctx(idx), 16)
+    draft, kind = offer(idx, 16)
     assert draft and draft == [3, 4, 1, 2][: len(draft)]
-    assert idx.last_source == "conversation"
+    assert kind == "conversation"
 
 
 # -- budget -----------------------------------------------------------------------------------------
@@ -90,7 +93,7 @@ def test_caller_budget_caps_the_draft():
     ref = list(range(10, 60))
     idx = index(ref[:6], refs=[ref])
     assert idx.suggest(ctx(idx), 5) == ref[6:11]
-    assert idx.suggest(ctx(idx), 0) == [] and idx.last_source is None
+    assert offer(idx, 0) == ([], None)
 
 
 # -- fall-through ---------------------------------------------------------------------------------------
@@ -100,21 +103,20 @@ def test_match_below_min_match_falls_through_to_recycling():
     # capped at its chain length 8.
     idx = index([1, 2, 3, 1])
     assert idx.conversation.match_len() == 1
-    assert idx.suggest(ctx(idx), 16) == [2, 3, 1, 2, 3, 1, 2, 3]
-    assert idx.last_source == "recycling"
+    assert offer(idx, 16) == ([2, 3, 1, 2, 3, 1, 2, 3], "recycling")
 
 
 def test_min_match_one_lets_the_conversation_draft():
     # Same stream with min_match = 1: the single-token match drafts.
     idx = index([1, 2, 3, 1], options=design(min_match=1))
-    draft = idx.suggest(ctx(idx), 16)
-    assert idx.last_source == "conversation" and draft and draft == [2, 3, 1][: len(draft)]
+    draft, kind = offer(idx, 16)
+    assert kind == "conversation" and draft and draft == [2, 3, 1][: len(draft)]
 
 
 def test_unseen_recycling_row_drafts_nothing():
     # [1, 2, 3, 4]: no SAM match and token 4 has no recycling row yet: a plain step.
     idx = index([1, 2, 3, 4])
-    assert idx.suggest(ctx(idx), 16) == [] and idx.last_source is None
+    assert offer(idx, 16) == ([], None)
 
 
 def test_recycling_disabled():
@@ -206,7 +208,7 @@ def test_reference_added_mid_stream_matches_immediately():
     idx = index([5, 6, 7, 8])
     idx.add_reference([1, 6, 7, 8, 9, 10])
     assert idx._refs[0].cursor.match_len() == 3
-    assert idx.suggest(ctx(idx), 16) == [9, 10] and idx.last_source == "ref0"
+    assert offer(idx, 16) == ([9, 10], "ref0")
 
 
 def test_clear_references_drops_documents_and_their_pending_draft():
@@ -257,8 +259,9 @@ def test_invalid_options(kwargs):
 
 def test_stats_string_format():
     # The one-line summary: "name accepted/drafted" per source.
-    stats = CascadeStats((SourceStats("conversation", 41, 52), SourceStats("ref0", 10, 30),
-                          SourceStats("recycling", 3, 20)))
+    stats = CascadeStats((SourceReport(name="conversation", accepted=41, drafted=52),
+                          SourceReport(name="ref0", accepted=10, drafted=30),
+                          SourceReport(name="recycling", accepted=3, drafted=20)))
     assert str(stats) == "conversation 41/52 ref0 10/30 recycling 3/20"
     assert stats["ref0"].acceptance == pytest.approx(1 / 3)
 
@@ -274,7 +277,7 @@ def test_live_stats_count_per_source():
 
 
 def test_recycling_only_where_the_measured_costs_let_it_pay():
-    from fucina.speculative.cascade import options_for_costs
+    from fucina.speculative.index import options_for_costs
     from fucina.speculative.costs import CostTable
 
     # A CPU-like table (verify-k costs most of k plain steps): break-even >= 20% -> recycling off.
@@ -292,22 +295,20 @@ def test_recycling_only_where_the_measured_costs_let_it_pay():
 def test_confidence_is_the_match_behind_the_next_draft():
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])
     assert idx.confidence() == 3  # the reference's [8, 1, 2] beats the conversation's [1, 2]
-    idx.suggest(ctx(idx), 16)
-    assert idx.last_source == "ref0"
+    assert idx.draft(ctx(idx), 16).kind == "ref0"
     assert index([5, 6, 7, 5]).confidence() == 0  # a 1-token match is below min_match
     assert index([5, 6, 7, 5], options=design(min_match=1)).confidence() == 1
     assert SpeculationIndex(V).confidence() == 0
 
 
 def test_draft_is_one_offer_of_tokens_confidence_kind_and_forks():
-    # What the decoder reads: one Draft; suggest, last_source and last_forks are views of it.
+    # What the decoder reads: one Draft; suggest gives its tokens alone.
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])
     offer = idx.draft(ctx(idx), 16)
     assert offer == Draft((40, 41, 42), confidence=3, kind="ref0", forks=offer.forks)
     assert offer.forks is not None and len(offer.forks) == 3
     assert idx.suggest(ctx(idx), 16) == list(offer.tokens)
-    assert idx.last_source == offer.kind and idx.last_forks == list(offer.forks)
-    assert idx.draft(ctx(idx), 0) == NO_DRAFT and idx.last_source is None
+    assert idx.draft(ctx(idx), 0) == NO_DRAFT
 
 
 # -- the defaults the drafting policy runs on ---------------------------------------------------------

@@ -1,6 +1,6 @@
 """Predicted Outputs end to end: an "apply this edit" workload through ``fucina serve`` (BENCHMARKS.md).
 
-``python -m fucina.bench.edit [--model M] [--tasks N] [--repeats R] [--gen N] [--out DIR]``
+``python -m benchmarks.edit [--model M] [--tasks N] [--repeats R] [--gen N] [--out DIR]``
 
 Each task is a 60-200-line function of Python's standard library (read with :mod:`inspect`, so every
 machine has the same ones) and an instruction to rename one of its parameters; the original source is
@@ -149,7 +149,7 @@ def render(summary: dict, meta: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.edit", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.edit", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--endpoint", choices=("auto", "chat", "completions"), default="auto",
                     help="auto: completions for gemma3-270m (a base model), chat otherwise")
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import httpx
 
     from fucina.backends.llama_cpp import default_threads
-    from fucina.bench.http import Server
+    from benchmarks.http import Server
     from fucina.calibrate import cpu_name
     from fucina.catalog import resolve_model
 

@@ -10,10 +10,10 @@ import pytest
 
 from fucina.backends.fake import FakeModel
 from fucina.errors import DecodeError, InvalidOption, NotRewindable
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.costs import CostTable
-from fucina.speculative.core import SpecOptions, SpeculativeDecoder
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.scripted import ScriptedSource
 from fucina.speculative.source import Draft

@@ -1,7 +1,7 @@
-"""Memory and per-request cost of a cross-request index: ``python -m fucina.bench.crossreq --traces FILE``.
+"""Memory and per-request cost of a cross-request index: ``python -m benchmarks.crossreq --traces FILE``.
 
 Fills one tenant's :class:`~fucina.speculative.crossreq.CrossRequestIndex` with the trace requests
-as the replay reads them (:func:`fucina.bench.replay.trace_streams`: each its last
+as the replay reads them (:func:`benchmarks.replay.trace_streams`: each its last
 ``--context-tokens`` of context + its output, by trajectory and step; the set replayed
 ``--passes`` times so the bound is reached and eviction runs) and reports, per bound: tokens and
 documents held, evictions, bytes per token, and the time each request's ``add`` + ``snapshot``
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from fucina.bench.replay import trace_streams
+from benchmarks.replay import trace_streams
 from fucina.speculative.crossreq import CrossRequestIndex
 
 __all__ = ["measure", "main"]
@@ -45,7 +45,7 @@ def measure(documents: Sequence[Sequence[int]], bound: int, passes: int = 3) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.crossreq", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.crossreq", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", type=Path, required=True, help="agent trace JSONL (context, output per row)")
     ap.add_argument("--bounds", default="16384,65536,262144", help="comma-separated token bounds")

@@ -1,6 +1,6 @@
-"""Record a model's plain output on the bench tasks, for the model-free replay: ``python -m fucina.bench.streams``.
+"""Record a model's plain output on the bench tasks, for the model-free replay: ``python -m benchmarks.streams``.
 
-The replay (``python -m fucina.bench.replay --streams FILE --cost-table TABLE``) then walks each
+The replay (``python -m benchmarks.replay --streams FILE --cost-table TABLE``) then walks each
 recorded output with the drafting policy in the loop, priced under this machine's verify costs, in
 about a second for the whole task file: policy changes can be judged on what the *model* writes
 (an instruct model paraphrases where a reference answer copies) before any timed run.
@@ -10,7 +10,7 @@ Each output line is JSON: ``id``, ``group``, ``prompt`` (token ids, through the 
 ``references`` (token ids per document) and ``temperature`` (the task's; T > 0 is replayed as a
 sampled generation).
 
-    python -m fucina.bench.streams --tasks bench-out/tasks.jsonl --model smollm2-135m \\
+    python -m benchmarks.streams --tasks bench-out/tasks.jsonl --model smollm2-135m \\
         --per-group 3 --out bench-out/streams-smollm2.jsonl
 """
 
@@ -24,7 +24,7 @@ from typing import Sequence
 
 from fucina.bench.suite import TaskFileError, load_tasks, prepare, select_tasks
 from fucina.errors import FucinaError
-from fucina.generate import PlainDecoder
+from fucina.plain import PlainDecoder
 from fucina.sampling import Sampler
 
 __all__ = ["record", "main"]
@@ -57,7 +57,7 @@ def record(model, tasks, out: Path, progress=None, *, model_name: str | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.streams", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.streams", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=Path, required=True, help="task file (as for fucina bench)")
     ap.add_argument("--model", default="smollm2-135m", help="model name or GGUF path")

@@ -6,7 +6,7 @@ readers of each workload's streams, keyed by workload name in the order they are
 * :func:`trace_streams`: recorded agent requests, ``trace:<source>``, each carrying its trajectory's
   earlier requests;
 * :func:`read_recorded` / :func:`recorded_streams`: a model's plain outputs recorded by
-  ``python -m fucina.bench.streams``, ``stream:<group>``;
+  ``python -m benchmarks.streams``, ``stream:<group>``;
 * :func:`synthetic_edit_streams`: a document and its lightly edited copy, ``copy-edit`` and ``ref-edit``.
 """
 
@@ -124,7 +124,7 @@ def trace_streams(path: Path, tokenize: Tokenize, context_tokens: int = TRACE_CO
 
 
 def recorded_streams(path: Path) -> dict[str, list[Stream]]:
-    """Streams recorded by ``python -m fucina.bench.streams``, grouped as ``stream:<group>``."""
+    """Streams recorded by ``python -m benchmarks.streams``, grouped as ``stream:<group>``."""
     return read_recorded(path)[0]
 
 

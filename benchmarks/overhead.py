@@ -1,4 +1,4 @@
-"""Where decoding time goes: ``python -m fucina.bench.overhead --tasks FILE [--model M] [--json]``.
+"""Where decoding time goes: ``python -m benchmarks.overhead --tasks FILE [--model M] [--json]``.
 
 Runs plain decoding and fucina (the same decoder, cascade and policy as ``fucina bench``) on every task,
 with wall-clock timers around each component the decoder calls:
@@ -61,7 +61,7 @@ class Timers:
 def profile_task(model, prepared, cost_table, method: str) -> tuple[dict[str, int], int]:
     """Run one prepared task with ``method`` ("plain" or "fucina"); return (ns per component, tokens)."""
     from fucina.decoders import DecoderFactory, SpeculationOptions
-    from fucina.generate import PlainDecoder
+    from fucina.plain import PlainDecoder
     from fucina.sampling import Sampler
 
     timers = Timers()
@@ -117,7 +117,7 @@ def format_table(results: dict[str, dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.overhead", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=Path, required=True, help="task file (make_tasks.py JSONL)")
     ap.add_argument("--model", default=None, help="gemma3-270m (default), smollm2-135m or a GGUF path")

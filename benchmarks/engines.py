@@ -1,6 +1,6 @@
 """The cost of exactness: engine variants side by side on one machine (BENCHMARKS.md, "The cost of exactness: K-quant column-group kernels").
 
-``python -m fucina.bench.engines [--models M,M] [--engines stock,no-llamafile,patched] [--repeats 5]
+``python -m benchmarks.engines [--models M,M] [--engines stock,no-llamafile,patched] [--repeats 5]
 [--ns 1,2,4,...] [--prefill 512]``
 
 Each engine runs in its own subprocess (``FUCINA_ENGINE``; one process imports one ``llama_cpp``):
@@ -49,8 +49,10 @@ def _engine_name(spec: str) -> str:
 def _engine_env(spec: str) -> dict[str, str]:
     from fucina.engine_selection import env_for
 
-    if "=" in spec:
-        return env_for(spec.split("=", 1)[1])
+    if "=" in spec:  # FUCINA_ENGINE takes a directory as it is
+        env = env_for("stock")
+        env["FUCINA_ENGINE"] = str(Path(spec.split("=", 1)[1]).expanduser())
+        return env
     return env_for("stock" if spec == "stock-norepack" else spec)
 _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held the letters of one "
            "family, tied with string, and a card listing the senders. ") * 3
@@ -120,7 +122,7 @@ def _worker(a: argparse.Namespace) -> int:
         res.update(max_exact_rows=r.max_exact_rows, mismatched=r.mismatched_rows, rows=r.rows,
                    max_abs_diff=r.max_abs_diff, flips=r.argmax_flips)
     else:
-        from fucina.bench.exactness import encode, prompt_file
+        from benchmarks.exactness import encode, prompt_file
 
         prompts = [encode(model, text) for _, text in prompt_file(a.prompt_file, a.prompts)]
         forced = json.loads(Path(a.forced).read_text()) if a.forced else None
@@ -132,11 +134,12 @@ def _worker(a: argparse.Namespace) -> int:
 
 def _spawn(engine: str, model: str, what: str, **kw) -> dict:
     load = "stock" if engine == "stock" else "exact"  # stock-norepack and the builds: no extra buffer types
-    cmd = [sys.executable, "-m", "fucina.bench.engines", "--worker", model, "--engine", load, "--what", what]
+    cmd = [sys.executable, "-m", "benchmarks.engines", "--worker", model, "--engine", load, "--what", what]
     for k, v in kw.items():
         if v is not None:
             cmd += [f"--{k.replace('_', '-')}", str(v)]
-    r = subprocess.run(cmd, env=_engine_env(engine), capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(cmd, env=_engine_env(engine), capture_output=True, text=True, timeout=3600,
+                       cwd=Path(__file__).resolve().parents[1])  # the repository root, where benchmarks/ is
     if r.returncode != 0:
         raise RuntimeError(f"{engine}/{model}/{what} failed:\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -251,12 +254,12 @@ def render(res: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.engines", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--repeats", type=int, default=5, help="rounds over the engines (default 5)")
     ap.add_argument("--samples", type=int, default=15, help="forwards per size per round (default 15)")
-    ap.add_argument("--prompt-file", default=str(Path(__file__).resolve().parents[3] / "tests" / "data" / "prompts.jsonl"))
+    ap.add_argument("--prompt-file", default=str(Path(__file__).resolve().parents[1] / "tests" / "data" / "prompts.jsonl"))
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--gen", type=int, default=48)
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="batch sizes priced (default %(default)s)")

@@ -1,4 +1,4 @@
-"""Model-free replay benchmark of the speculation cascade: ``python -m fucina.bench.replay``.
+"""Model-free replay benchmark of the speculation cascade: ``python -m benchmarks.replay``.
 
 Each workload is a set of token streams. A stream is a prompt (observed in one call, not scored)
 and a continuation that is replayed as if a model had generated it and every draft had been
@@ -40,7 +40,7 @@ Workloads:
     continuation (rows without a reference are skipped). Tokenized with the default model's
     tokenizer (``fucina.catalog.load_tokenizer``);
   * ``--streams FILE``: a model's own plain outputs of the bench tasks, recorded by
-    ``python -m fucina.bench.streams`` (prompt through the chat template, references), one
+    ``python -m benchmarks.streams`` (prompt through the chat template, references), one
     workload per task group: what an instruct model writes, not what a reference answer copies;
   * synthetic copy/edit transcripts (always, unless ``--no-synthetic``): a document, then the
     same document with small edits, once with the document in the prompt ("copy-edit") and once
@@ -57,15 +57,15 @@ from pathlib import Path
 from typing import Sequence
 
 from fucina.errors import FucinaError
-from fucina.speculative.cascade import CascadeOptions
+from fucina.speculative.index import CascadeOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, PolicyOptions, WordPieces
 
-from fucina.bench.replay.inputs import (BENCH_FILE, TRACE_CONTEXT_TOKENS, Stream, Tokenizer, bench_streams,
+from benchmarks.replay.inputs import (BENCH_FILE, TRACE_CONTEXT_TOKENS, Stream, Tokenizer, bench_streams,
                                         read_recorded, read_token_file, synthetic_edit_streams, trace_streams)
-from fucina.bench.replay.report import format_priors, json_report, task_medians, text_report
-from fucina.bench.replay.simulate import flat_table, match_only, measure_priors, replay_stream
-from fucina.bench.replay.tally import WorkloadResult
+from benchmarks.replay.report import format_priors, json_report, task_medians, text_report
+from benchmarks.replay.simulate import flat_table, match_only, measure_priors, replay_stream
+from benchmarks.replay.tally import WorkloadResult
 
 __all__ = ["DEFAULT_TOKENIZER", "main"]
 
@@ -109,7 +109,7 @@ class _Run:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.replay", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", type=Path, help="files of whitespace-separated token ids")
     ap.add_argument("--from-bench", action="store_true", help=f"replay {BENCH_FILE}")
@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--context-tokens", type=int, default=TRACE_CONTEXT_TOKENS,
                     help="context tokens a trace request keeps (its last ones)")
     ap.add_argument("--streams", type=Path, default=None,
-                    help="a model's recorded outputs of the bench tasks (python -m fucina.bench.streams)")
+                    help="a model's recorded outputs of the bench tasks (python -m benchmarks.streams)")
     ap.add_argument("--cross-request", type=int, default=None, metavar="TOKENS",
                     help="also replay each trace request with its trajectory's earlier requests in a "
                          "cross-request index bounded to TOKENS")

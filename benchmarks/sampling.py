@@ -1,4 +1,4 @@
-"""Micro-benchmark of the sampler hot path: ``python -m fucina.bench.sampling [--json]``.
+"""Micro-benchmark of the sampler hot path: ``python -m benchmarks.sampling [--json]``.
 
 Times ``Sampler.sample`` per call on synthetic but realistic rows: float32 ``normal(0, 2.5)`` logits
 with a few peaked tokens (like a confident LM), at the Gemma 3 (262,144) and SmolLM2 (49,152)

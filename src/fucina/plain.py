@@ -1,7 +1,7 @@
 """Plain generation: the reference every speculative run must equal.
 
 :class:`PlainDecoder` has the same ``feed``/``generate`` shape as
-:class:`fucina.speculative.core.SpeculativeDecoder`, so callers (LLM, chat, bench) swap one for the
+:class:`fucina.speculative.decoder.SpeculativeDecoder`, so callers (LLM, chat, bench) swap one for the
 other; :class:`fucina.text.TextLoop` turns either's committed tokens into text.
 """
 

@@ -11,7 +11,7 @@ from typing import Sequence
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import N_BUCKETS, N_CLASSES, e_label
 
-from fucina.bench.replay.tally import NO_DRAFT, WorkloadResult
+from benchmarks.replay.tally import NO_DRAFT, WorkloadResult
 
 __all__ = ["format_table", "text_report", "json_report", "format_priors", "task_medians"]
 

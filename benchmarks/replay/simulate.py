@@ -1,6 +1,6 @@
-"""The replay's walks over a :class:`~fucina.bench.replay.inputs.Stream`, model-free.
+"""The replay's walks over a :class:`~benchmarks.replay.inputs.Stream`, model-free.
 
-:func:`replay_stream` walks it through a fresh :class:`~fucina.speculative.cascade.SpeculationIndex`
+:func:`replay_stream` walks it through a fresh :class:`~fucina.speculative.index.SpeculationIndex`
 (and, with a cost table, the decoder's :class:`~fucina.speculative.policy.DraftPolicy`) as if a
 model had generated the continuation and every draft had been verified against it;
 :func:`ceiling_steps` is the retrieval ceiling, :func:`perfect_policy_cost` the perfect policy over
@@ -16,13 +16,14 @@ from typing import Sequence
 
 import numpy as np
 
-from fucina.speculative.cascade import CascadeOptions, SpeculationIndex
+from fucina.bench.suite import match_only  # noqa: F401 (re-exported: the replay's --match-only)
+from fucina.speculative.index import CascadeOptions, SpeculationIndex
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces, e_bucket
 from fucina.speculative.sam import SamIndex
 
-from fucina.bench.replay.inputs import Stream
-from fucina.bench.replay.tally import NO_DRAFT, WorkloadResult
+from benchmarks.replay.inputs import Stream
+from benchmarks.replay.tally import NO_DRAFT, WorkloadResult
 
 __all__ = ["flat_table", "ceiling_steps", "match_only", "perfect_policy_cost", "replay_stream", "measure_priors"]
 
@@ -59,14 +60,6 @@ def ceiling_steps(prompt: Sequence[int], continuation: Sequence[int], cap: int,
     return out
 
 
-def match_only(cascade: CascadeOptions, policy: PolicyOptions) -> tuple[CascadeOptions, PolicyOptions]:
-    """The ``match_only`` ablation of given options: drafts priced on match length alone (no fork
-    flags or word pieces, no resume source, sampled and greedy generations learned together). ``fucina bench
-    --methods match_only`` and ``replay --match-only`` both take it from here."""
-    return (dataclasses.replace(cascade, forks=False, resume=False),
-            dataclasses.replace(policy, split_sampled=False, word_pieces=False))
-
-
 def _primed_index(stream: Stream, vocab_size: int, options: CascadeOptions | None,
                   ) -> tuple[SpeculationIndex, list[int], int]:
     """A fresh index holding the stream's references and prompt: (index, prompt + continuation,
@@ -101,7 +94,7 @@ def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, *, bu
     idx, full, i = _primed_index(stream, vocab_size, options)
     cost = 0.0
     while i < len(full):
-        draft = idx.suggest(full[:i], budget)
+        draft = list(idx.draft(full[:i], budget).tokens)
         a = _accepted(draft, full[i:])
         k = max(a, min_draft)
         if a and k <= len(draft) and a + 1 > table.cost(k + 1):
@@ -155,13 +148,14 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, *, bu
     result.streams += 1
     result.tokens += len(full) - start
     while i < len(full):
-        conf = idx.confidence()
+        conf = idx.confidence()  # the lanes tally every step by it, a plain one too (no offer then)
         t0 = clock()
-        draft = idx.suggest(full[:i], budget)
-        source = idx.last_source or NO_DRAFT
+        offer = idx.draft(full[:i], budget)
+        draft = list(offer.tokens)
+        source = offer.kind or NO_DRAFT
         k = len(draft)
         if policy is not None:
-            k = policy.choose(draft, conf, idx.last_source, forks=idx.last_forks)
+            k = policy.choose(draft, conf, offer.kind, forks=offer.forks)
             if k < len(draft):
                 idx.truncate_pending(k)
             draft = draft[:k]
@@ -222,8 +216,8 @@ def measure_priors(streams: Sequence[Stream], vocab_size: int, *, budget: int,
         idx, full, i = _primed_index(s, vocab_size, options)
         policy = DraftPolicy(flat_table(), PolicyOptions(max_draft=budget), pieces=pieces)
         while i < len(full):
-            policy.choose(idx.suggest(full[:i], budget), idx.confidence(), idx.last_source, forced=True,
-                          forks=idx.last_forks)
+            offer = idx.draft(full[:i], budget)
+            policy.choose(list(offer.tokens), idx.confidence(), offer.kind, forced=True, forks=offer.forks)
             idx.truncate_pending(0)
             idx.observe(full[i: i + 1])
             policy.observe(full[i: i + 1])

@@ -1,6 +1,6 @@
 """Benchmarks through HTTP: ``fucina serve`` against the OpenAI-compatible servers users would pick instead.
 
-``python -m fucina.bench.http --tasks FILE [--traces FILE] --model smollm2-135m --out DIR``
+``python -m benchmarks.http --tasks FILE [--traces FILE] --model smollm2-135m --out DIR``
 
 Servers (``--servers``, each started here on 127.0.0.1 with the same GGUF, context and threads):
 
@@ -335,7 +335,7 @@ def _markdown(summary: dict, servers: Sequence[str], meta: dict, samples: Sequen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fucina.bench.http", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.http", description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=Path, help="bench task file (JSONL)")
     ap.add_argument("--traces", type=Path, help="agent traces (JSONL: source, trajectory, step, context, output)")
     ap.add_argument("--model", default="smollm2-135m")
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             s.stop()
     print(file=sys.stderr)
     meta = {"model": a.model, "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
-            "command": "python -m fucina.bench.http " + " ".join(sys.argv[1:] if argv is None else argv),
+            "command": "python -m benchmarks.http " + " ".join(sys.argv[1:] if argv is None else argv),
             "servers": {s.kind: s.cmd for s in running}, "threads": a.threads, "ctx": a.ctx,
             "fresh": a.fresh,
             # fucina's servers inherit this process's engine choice (FUCINA_ENGINE; auto = patched when built)

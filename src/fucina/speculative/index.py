@@ -1,0 +1,402 @@
+"""SpeculationIndex: the cascade of draft sources behind one DraftSource (docs/design.md §8).
+
+Sources, in tie-break order:
+
+1. ``conversation`` — an online SAM over every committed token (prompt and generated), fed by
+   ``observe``;
+2. ``ref0``, ``ref1``, ... — frozen SAMs over injected reference documents, each read through a
+   per-conversation cursor;
+3. ``cross-request`` — a snapshot of the tenant's earlier requests
+   (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
+4. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
+   at all), the copy it broke continued one token on: the text after the token the previous
+   match was followed by, as when a copied line gets one new word (:mod:`fucina.speculative.resume`,
+   on by default);
+5. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), used when
+   no SAM matches well enough.
+
+Selection: every SAM source reports its match length; the longest match drafts (ties go to the
+conversation, whose recency beats a static document, then to the first-added reference) the whole
+budget the caller asks for: how much of it is worth verifying is the decoder's policy
+(:mod:`fucina.speculative.policy`), which prices the draft by this match length (the offer's
+``confidence``, :meth:`SpeculationIndex.confidence`) and the acceptance it has measured per kind.
+Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
+nothing and the decoder takes a plain step. Drafting from a 1-token match is on by default: on the
+dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
+(``python -m benchmarks.replay``), and the policy declines such drafts wherever they do not pay.
+
+Each step's offer is one :class:`~fucina.speculative.source.Draft`: tokens, confidence, the kind
+(the name of the source that drafted) and the SAM's fork flags.
+
+Acceptance is inferred at the draft -> observe seam: the tokens of the last ``draft`` (or
+``suggest``) are compared with the slice passed to the next non-empty ``observe``; accepted =
+their longest common prefix, drafted = the draft's length (cut by ``truncate_pending``). These
+per-source counts are statistics only; losslessness never depends on them. ``context`` passed
+to ``draft`` must be the observed stream (the decoder guarantees it): the SAM sources draft from
+their own copy of it, recycling walks from ``context[-1]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, InvalidToken,
+                           TooManyReferences)
+from fucina.results import SourceReport
+from fucina.speculative.costs import CostTable
+from fucina.speculative.recycling import Recycling
+from fucina.speculative.resume import Resume
+from fucina.speculative.sam import SamIndex
+from fucina.speculative.sam_cursor import SamCursor
+from fucina.speculative.source import NO_DRAFT, Draft
+
+__all__ = ["CascadeOptions", "CascadeStats", "SpeculationIndex", "options_for_costs"]
+
+
+#: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
+#: (``python -m benchmarks.replay --from-bench``, see BENCHMARKS.md, "Model-free components"): 5-8% per group.
+RECYCLING_EXPECTED_ACCEPTANCE = 0.10
+#: Most reference documents one index holds (and one call may draft from).
+MAX_REFERENCES = 8
+
+
+def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) -> "CascadeOptions":
+    """Cascade options for a measured verify cost table: recycling only where it can pay.
+
+    A recycling chain of k tokens breaks even at acceptance (cost(k+1) - 1) / k. On CPUs where a
+    verify costs nearly as much as k plain steps that is >= 20%, far above what recycling reaches,
+    so its drafts would only be declined by the policy (or, verified, cost more than they commit). Where
+    verifies are cheap (a GPU-like table) recycling stays on, as the design intends.
+    """
+    base = base if base is not None else CascadeOptions()
+    ks = range(2, base.recycling_max_chain + 1)
+    pays = min(table.break_even(k + 1) for k in ks) < RECYCLING_EXPECTED_ACCEPTANCE
+    return dataclasses.replace(base, recycling=base.recycling and pays)
+
+
+@dataclass(frozen=True)
+class CascadeOptions:
+    """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
+
+    #: SAM matches shorter than this fall through to recycling.
+    min_match: int = 1
+    #: Most reference documents one index holds.
+    max_references: int = MAX_REFERENCES
+    #: Offer the ``resume`` candidate after a never-seen token (priced by the policy as its own
+    #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
+    #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
+    resume: bool = True
+    #: Report each SAM draft's fork flags (``Draft.forks``), so the policy prices a token the text
+    #: continued several ways apart from one it continued one way only; False: priced on the
+    #: match length alone (the ablation ``fucina bench --methods match_only``).
+    forks: bool = True
+    #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
+    recycling: bool = True
+    #: Candidates kept per recycling row.
+    recycling_k: int = 8
+    #: Longest recycling chain walk.
+    recycling_max_chain: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("min_match", "recycling_k", "recycling_max_chain"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidOption(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.max_references, int) or self.max_references < 0:
+            raise InvalidOption(f"max_references must be >= 0, got {self.max_references}")
+
+
+@dataclass(frozen=True)
+class CascadeStats:
+    """Per-source statistics, in tie-break order (conversation, references, cross-request, resume, recycling)."""
+
+    sources: tuple[SourceReport, ...]
+
+    def __getitem__(self, name: str) -> SourceReport:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        return " ".join(str(s) for s in self.sources)
+
+
+class _Drafter(Protocol):
+    def match_len(self) -> int: ...
+    def draft(self, max_len: int) -> list[int]: ...
+    def forks(self, draft: Sequence[int]) -> list[bool]: ...
+
+
+class _Cursor(_Drafter, Protocol):
+    def feed_many(self, tokens: Sequence[int]) -> None: ...
+
+
+class _Snapshot(Protocol):
+    """What set_cross_request takes: a frozen index that hands out cursors (CrossSnapshot)."""
+
+    def cursor(self) -> _Cursor: ...
+
+
+@dataclass
+class _Score:
+    """One source's lifetime counts of its verified draft tokens."""
+
+    name: str
+    accepted: int = 0
+    drafted: int = 0
+
+    def stats(self) -> SourceReport:
+        return SourceReport(name=self.name, drafted=self.drafted, accepted=self.accepted)
+
+
+@dataclass
+class _Reference:
+    sam: SamIndex | _Snapshot  # kept alive (and unchanged) while this conversation drafts from it
+    cursor: SamCursor | _Cursor
+    score: _Score
+
+
+@dataclass
+class _Pending:
+    score: _Score
+    draft: list[int]
+
+
+class SpeculationIndex:
+    """The cascade draft source: conversation SAM, reference SAMs, resume, recycling fallback."""
+
+    def __init__(self, vocab_size: int, options: CascadeOptions | None = None) -> None:
+        if vocab_size < 1:
+            raise InvalidOption(f"vocab_size must be >= 1, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.options = opts = options if options is not None else CascadeOptions()
+        self._conv = SamIndex()
+        self._conv_score = _Score("conversation")
+        self._refs: list[_Reference] = []
+        self._cross: _Reference | None = None
+        self._rec = (Recycling(vocab_size, opts.recycling_k, opts.recycling_max_chain)
+                     if opts.recycling else None)
+        self._rec_score = _Score("recycling")
+        self._resume = Resume(self._conv) if opts.resume else None
+        self._resume_score = _Score(Resume.name)
+        self._pending: _Pending | None = None
+        self._last: Draft = NO_DRAFT
+
+    # -- read-only views -------------------------------------------------------------------------
+
+    @property
+    def wants_topk(self) -> bool:
+        """True iff the recycling fallback is enabled (it is the only top-K consumer)."""
+        return self._rec is not None
+
+    @property
+    def conversation(self) -> SamIndex:
+        """The online conversation SAM."""
+        return self._conv
+
+    @property
+    def recycling(self) -> Recycling | None:
+        """The recycling matrix (None when disabled), e.g. for ``topk_of`` tree drafting."""
+        return self._rec
+
+    @property
+    def n_references(self) -> int:
+        """Reference documents currently indexed."""
+        return len(self._refs)
+
+    @property
+    def n_committed(self) -> int:
+        """Tokens observed so far."""
+        return len(self._conv)
+
+    # -- DraftSource -------------------------------------------------------------------------------
+
+    def draft(self, context: Sequence[int], budget: int) -> Draft:
+        """This step's offer: the draft of :meth:`suggest` with its confidence, kind and fork flags."""
+        return self._offer(context, budget, self.confidence())
+
+    def suggest(self, context: Sequence[int], budget: int) -> list[int]:
+        """The tokens of the step's offer, without pricing them (``confidence`` is not computed).
+
+        The longest SAM match drafts, else a resumed copy, else recycling (see module docstring). A
+        selected SAM whose draft comes back empty (its match ends where its text ends) yields to the
+        next candidate, so "longest match wins" holds whenever the winner has a continuation.
+        """
+        return list(self._offer(context, budget, None).tokens)
+
+    def confidence(self) -> int:
+        """Longest SAM match, the confidence of the next draft; 0 if below ``min_match`` (the draft,
+        if any, would come from recycling). O(1) per source."""
+        best = max([self._conv.match_len(), *(ref.cursor.match_len() for ref in self._sam_sources())])
+        if not best and self._resume is not None and self._resume.ready:
+            return 1  # a resume draft stands on the one broken token: priced like a 1-token match
+        return best if best >= self.options.min_match else 0
+
+    def observe(self, committed: Sequence[int]) -> None:
+        """Append committed tokens to every source and settle the pending draft.
+
+        Raises InvalidToken (and changes nothing) if any id is outside ``[0, vocab_size)``.
+        """
+        toks = [int(t) for t in committed]
+        if not toks:
+            return
+        self._check_ids(toks)
+        if self._resume is not None:
+            self._resume.extend(toks)  # extends the conversation SAM
+        else:
+            self._conv.extend_many(toks)
+        for ref in self._sam_sources():
+            ref.cursor.feed_many(toks)
+        if self._rec is not None:
+            self._rec.observe(toks)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            accepted = 0
+            for d, c in zip(pending.draft, toks):
+                if d != c:
+                    break
+                accepted += 1
+            pending.score.accepted += accepted
+            pending.score.drafted += len(pending.draft)
+
+    def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
+        """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
+        if self._rec is not None:
+            self._rec.observe_topk(inputs, topk)
+
+    def truncate_pending(self, n: int) -> None:
+        """Declare that only the first ``n`` tokens of the pending draft will be verified.
+
+        Call it when the caller (the decoder's policy, a chat turn gate) trims the draft before
+        verifying it. The next ``observe`` then scores exactly ``draft[:n]``: drafted =
+        ``min(n, len(draft))``, accepted = the common prefix of ``draft[:n]`` and the committed
+        slice. The cut tail was never verified, so it counts neither as drafted nor as rejected.
+        ``n == 0`` drops the pending draft entirely (no accounting); ``n`` past the draft's end
+        changes nothing; with no pending draft this is a no-op. Raises InvalidArgument for negative ``n``.
+        """
+        if n < 0:
+            raise InvalidArgument(f"truncate_pending wants n >= 0, got {n}")
+        if self._pending is None:
+            return
+        if n == 0:
+            self._pending = None
+        else:
+            del self._pending.draft[n:]
+
+    # -- references (docs/design.md §8.4: the caller tokenizes) ---------------------------------------
+
+    def add_reference(self, tokens: Sequence[int]) -> int:
+        """Index a tokenized reference document; returns its slot (named ``ref{slot}``).
+
+        The document must be tokenized with the model's own tokenizer. Its cursor is caught up
+        over the already-observed stream, so it matches existing context immediately. Raises
+        TooManyReferences, EmptyReference, or InvalidToken.
+        """
+        if len(self._refs) >= self.options.max_references:
+            raise TooManyReferences(
+                f"already holding {len(self._refs)} references (max_references="
+                f"{self.options.max_references})")
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise EmptyReference("a reference document needs at least one token")
+        self._check_ids(toks)
+        sam = SamIndex.build(toks)
+        sam.freeze()
+        cursor = sam.cursor()
+        # The conversation SAM holds the committed stream; replaying it aligns the new cursor.
+        cursor.feed_many(self._conv.tokens)
+        slot = len(self._refs)
+        self._refs.append(_Reference(sam, cursor, _Score(f"ref{slot}")))
+        return slot
+
+    def set_cross_request(self, snapshot: _Snapshot | None) -> None:
+        """Draft also from ``snapshot`` (a :class:`~fucina.speculative.crossreq.CrossSnapshot` of this
+        tenant's earlier requests), named ``cross-request``; None removes it.
+
+        The snapshot is never mutated, so holding it here is what keeps its documents alive while
+        this conversation drafts from them, whatever the tenant's index evicts meanwhile. Like a
+        reference, its cursor is caught up over the observed stream. Only the caller can keep
+        tenants apart: pass only the requesting tenant's own snapshot.
+        """
+        if self._pending is not None and self._cross is not None and self._pending.score is self._cross.score:
+            self._pending = None
+        if snapshot is None:
+            self._cross = None
+            return
+        cursor = snapshot.cursor()
+        cursor.feed_many(self._conv.tokens)
+        self._cross = _Reference(snapshot, cursor, _Score("cross-request"))
+
+    def clear_references(self) -> None:
+        """Drop every reference (and the pending draft if a reference made it); slots restart at 0."""
+        if self._pending is not None and any(self._pending.score is r.score for r in self._refs):
+            self._pending = None
+        self._refs.clear()
+
+    # -- introspection ------------------------------------------------------------------------------
+
+    def stats(self) -> CascadeStats:
+        """Per-source accepted/drafted counts."""
+        scores = [self._conv_score, *(r.score for r in self._sam_sources())]
+        if self._resume_score.drafted:  # listed once it has drafted
+            scores.append(self._resume_score)
+        if self._rec is not None:
+            scores.append(self._rec_score)
+        return CascadeStats(tuple(s.stats() for s in scores))
+
+    def nbytes(self) -> int:
+        """Bytes held by all sources (the conversation SAM includes the committed stream)."""
+        total = self._conv.nbytes() + sum(r.sam.nbytes() for r in self._refs)
+        # The cross-request snapshot is the tenant's, shared across its requests: not counted here.
+        return total + (self._rec.nbytes() if self._rec is not None else 0)
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _offer(self, context: Sequence[int], budget: int, confidence: int | None) -> Draft:
+        """Select this step's draft (see :meth:`suggest`); it becomes the pending and the last offer."""
+        self._pending = None
+        self._last = NO_DRAFT
+        if budget <= 0:
+            return self._last
+        candidates: list[tuple[int, int, _Score, _Drafter]] = [
+            (self._conv.match_len(), 0, self._conv_score, self._conv)]
+        for order, ref in enumerate(self._sam_sources(), start=1):
+            candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor))
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        for match, _, score, drafter in candidates:
+            if match < self.options.min_match:
+                break
+            tokens = [int(t) for t in drafter.draft(budget)]
+            if tokens:
+                forks = drafter.forks(tokens) if self.options.forks else None
+                return self._remember(score, tokens, confidence, forks)
+        if self._resume is not None:
+            tokens = self._resume.draft(budget)
+            if tokens:
+                return self._remember(self._resume_score, tokens, confidence, None)
+        if self._rec is not None:
+            tokens = self._rec.suggest(context, budget)
+            if tokens:
+                return self._remember(self._rec_score, tokens, confidence, None)
+        return self._last
+
+    def _sam_sources(self) -> list[_Reference]:
+        """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
+        return self._refs if self._cross is None else [*self._refs, self._cross]
+
+    def _remember(self, score: _Score, tokens: list[int], confidence: int | None,
+                  forks: Sequence[bool] | None) -> Draft:
+        self._pending = _Pending(score, list(tokens))
+        self._last = Draft(tuple(tokens), confidence, score.name, None if forks is None else tuple(forks))
+        return self._last
+
+    def _check_ids(self, toks: list[int]) -> None:
+        lo, hi = min(toks), max(toks)
+        if lo < 0 or hi >= self.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise InvalidToken(f"token id {bad} outside vocab [0, {self.vocab_size})")
