@@ -54,8 +54,29 @@ class SourceReport:
         return f"{self.name} {self.accepted}/{self.drafted}"
 
 
+class SpeculationRates:
+    """The two ratios of a speculation's counts, for the types that carry ``steps``, ``committed``,
+    ``drafted`` and ``accepted`` (the decoder's live :class:`~fucina.speculative.decoder.SpecStats`
+    and a call's :class:`SpeculationReport`)."""
+
+    steps: int
+    committed: int
+    drafted: int
+    accepted: int
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens committed per forward (1.0 for plain decoding)."""
+        return self.committed / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted draft tokens over drafted ones (0.0 before the first draft)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
 @dataclass(frozen=True)
-class SpeculationReport:
+class SpeculationReport(SpeculationRates):
     """What speculation did in one call (see the module glossary).
 
     ``level`` is ``"exact"`` when every verify the decoder could issue is bitwise equal to plain
@@ -74,13 +95,6 @@ class SpeculationReport:
     #: Why the draft source was dropped mid-call (the call went on with plain steps), or None.
     source_fault: str | None = None
 
-    @property
-    def tokens_per_step(self) -> float:
-        return self.committed / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
 
     def source(self, name: str) -> SourceReport:
         """The report of source ``name`` (``conversation``, ``ref0``.., ``recycling``)."""

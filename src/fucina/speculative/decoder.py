@@ -39,8 +39,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from fucina.errors import InvalidOption, NotRewindable
-from fucina.plain import CommittedStream
 from fucina.model_protocol import Model
+from fucina.plain import CommittedStream
+from fucina.results import SpeculationRates
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces
@@ -70,7 +71,7 @@ class SpecOptions:
 
 
 @dataclass
-class SpecStats:
+class SpecStats(SpeculationRates):
     """Counters of one decoder; ``str()`` is the CLI's ``spec:`` line."""
 
     steps: int = 0
@@ -91,13 +92,6 @@ class SpecStats:
         entry[0] += 1
         entry[1] += seconds or 0.0
 
-    @property
-    def tokens_per_step(self) -> float:
-        return self.committed / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
 
     def __str__(self) -> str:
         return (
