@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from fucina.errors import InvalidOption
+from fucina.model_protocol import Model
 from fucina.sampling import Sampler
-from fucina.speculative.index import CascadeOptions, SpeculationIndex, options_for_costs
-from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.costs import CostTable
+from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
+from fucina.speculative.index import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.policy import AcceptanceModel
 from fucina.speculative.source import DraftSource
 
@@ -85,7 +86,7 @@ class DecoderFactory:
     priors, shared by every decoder this factory builds).
     """
 
-    def __init__(self, model, options: SpeculationOptions, *, acceptance: AcceptanceModel | None = None) -> None:
+    def __init__(self, model: Model, options: SpeculationOptions, *, acceptance: AcceptanceModel | None = None) -> None:
         self.model = model
         self.options = options
         #: The drafting policy's acceptance model every decoder of this factory learns in.

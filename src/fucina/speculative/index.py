@@ -185,7 +185,6 @@ class SpeculationIndex:
         self._resume = Resume(self._conv) if opts.resume else None
         self._resume_score = _Score(Resume.name)
         self._pending: _Pending | None = None
-        self._last: Draft = NO_DRAFT
 
     # -- read-only views -------------------------------------------------------------------------
 
@@ -358,11 +357,10 @@ class SpeculationIndex:
     # -- internals -------------------------------------------------------------------------------------
 
     def _offer(self, context: Sequence[int], budget: int, confidence: int | None) -> Draft:
-        """Select this step's draft (see :meth:`suggest`); it becomes the pending and the last offer."""
+        """Select this step's draft (see :meth:`suggest`); it becomes the pending one."""
         self._pending = None
-        self._last = NO_DRAFT
         if budget <= 0:
-            return self._last
+            return NO_DRAFT
         candidates: list[tuple[int, int, _Score, _Drafter]] = [
             (self._conv.match_len(), 0, self._conv_score, self._conv)]
         for order, ref in enumerate(self._sam_sources(), start=1):
@@ -383,7 +381,7 @@ class SpeculationIndex:
             tokens = self._rec.suggest(context, budget)
             if tokens:
                 return self._remember(self._rec_score, tokens, confidence, None)
-        return self._last
+        return NO_DRAFT
 
     def _sam_sources(self) -> list[_Reference]:
         """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
@@ -392,8 +390,7 @@ class SpeculationIndex:
     def _remember(self, score: _Score, tokens: list[int], confidence: int | None,
                   forks: Sequence[bool] | None) -> Draft:
         self._pending = _Pending(score, list(tokens))
-        self._last = Draft(tuple(tokens), confidence, score.name, None if forks is None else tuple(forks))
-        return self._last
+        return Draft(tuple(tokens), confidence, score.name, None if forks is None else tuple(forks))
 
     def _check_ids(self, toks: list[int]) -> None:
         lo, hi = min(toks), max(toks)
