@@ -43,6 +43,7 @@ from fucina.text import TextLoop
 
 if TYPE_CHECKING:
     from fucina.decoders import DecoderFactory
+    from fucina.grammar import Grammar
     from fucina.speculative.crossreq import CrossRequestStore
 
 __all__ = ["LLM", "MAX_REFERENCES"]
@@ -160,6 +161,7 @@ class LLM:
         speculative: bool | None = None,
         stream: bool = False,
         cross_request: "CrossRequestStore | None" = None,
+        grammar: "Grammar | None" = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """Continue ``prompt`` (text, whose special-token markers are parsed; or token ids, used as they are).
 
@@ -171,6 +173,8 @@ class LLM:
         any store with ``snapshot()`` and ``add(tokens)``): with speculation the call also drafts
         from the earlier calls it holds, and a call that finishes adds its prompt and output to it.
         Never share one between callers who must not learn each other's text (a timing channel).
+        ``grammar``: a :class:`fucina.grammar.Grammar` (JSON schema, Lark, regex) every sampled row is
+        masked by, verified rows included, so speculative output still equals plain constrained decoding.
         With ``stream=True`` returns an iterator of :class:`CompletionChunk`, else a
         :class:`Completion`. Bad arguments raise :class:`~fucina.errors.InvalidOption` (its ``param``
         names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
@@ -180,7 +184,7 @@ class LLM:
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request), stream)
+            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar), stream)
 
     def chat(
         self,
@@ -202,6 +206,7 @@ class LLM:
         speculative: bool | None = None,
         stream: bool = False,
         cross_request: "CrossRequestStore | None" = None,
+        grammar: "Grammar | None" = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
 
@@ -214,7 +219,7 @@ class LLM:
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request), stream)
+            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar), stream)
 
     def conversation(self, **options: Any):
         """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
@@ -392,7 +397,7 @@ class LLM:
         t0 = time.perf_counter()
         # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
         reused = self.prefix_cache.reuse(prompt)
-        decoder = self._decoder(Sampler(req.sampler), req)
+        decoder = self._decoder(_sampler(model, req), req)
         try:
             decoder.adopt(prompt[:reused])
             decoder.feed(prompt[reused:])
@@ -446,6 +451,15 @@ class LLM:
         active = self._active
         if active is not None and active[1] == threading.get_ident():
             active[0].close()
+
+
+def _sampler(model, req: CallSettings) -> Sampler:
+    """The call's sampler: masked by its grammar when it has one (:mod:`fucina.grammar`)."""
+    if req.grammar is None:
+        return Sampler(req.sampler)
+    from fucina.grammar import ConstrainedSampler, GrammarState
+
+    return ConstrainedSampler(req.sampler, GrammarState(req.grammar, model))
 
 
 def _collect(chunks: Iterator[CompletionChunk]) -> Completion:

@@ -33,6 +33,8 @@ class CallSettings:
     speculative: bool
     #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
     cross_request: Any = None
+    #: What the output must match (:class:`fucina.grammar.Grammar`), or None.
+    grammar: Any = None
 
 
 def call_settings(model, *, default_speculative: bool, max_tokens: int | None, temperature: float, top_p: float,
@@ -40,7 +42,7 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
                   presence_penalty: float, penalty_last_n: int, seed: int | None,
                   stop: Union[str, Sequence[str], None], stop_token_ids: Sequence[int],
                   references: Sequence[Union[str, Sequence[int]]], speculative: bool | None,
-                  cross_request: Any) -> CallSettings:
+                  cross_request: Any, grammar: Any = None) -> CallSettings:
     """The arguments of one call on ``model`` (``speculative=None``: ``default_speculative``), validated.
 
     ``seed=None`` draws a fresh seed; text references are tokenized with the model's tokenizer.
@@ -71,7 +73,13 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
     if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
         raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
                             f"got {type(cross).__name__}", param="cross_request")
-    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
+    if grammar is not None:
+        from fucina.grammar import Grammar
+
+        if not isinstance(grammar, Grammar):
+            raise InvalidOption(f"grammar must be a fucina.grammar.Grammar or None, got {type(grammar).__name__}",
+                                param="grammar")
+    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross, grammar)
 
 
 def _references(model, references: Any) -> tuple[tuple[int, ...], ...]:

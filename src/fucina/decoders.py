@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from fucina.errors import InvalidOption
+from fucina.grammar import ConstrainedSampler
 from fucina.model_protocol import Model
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
+from fucina.speculative.grammar_drafts import GrammarDrafts
 from fucina.speculative.index import CascadeOptions, SpeculationIndex, options_for_costs
 from fucina.speculative.policy import AcceptanceModel
 from fucina.speculative.source import DraftSource
@@ -107,11 +109,15 @@ class DecoderFactory:
                 cross_request: CrossRequestSource | None = None,
                 source: DraftSource | None = None) -> SpeculativeDecoder:
         """A speculative decoder sampling with ``sampler``, drafting from a fresh :meth:`index`
-        (or from ``source``, e.g. a wrapper around one, which then holds the references itself)."""
+        (or from ``source``, e.g. a wrapper around one, which then holds the references itself).
+        A :class:`~fucina.grammar.ConstrainedSampler` also drafts its grammar's forced tokens
+        (:class:`~fucina.speculative.grammar_drafts.GrammarDrafts`)."""
         if source is not None and (references or cross_request is not None):
             raise InvalidOption("pass references and cross_request to index(), not with a ready source")
         if source is None:
             source = self.index(references=references, cross_request=cross_request)
+        if isinstance(sampler, ConstrainedSampler):
+            source = GrammarDrafts(source, sampler.state.forced)
         opts = self.options
         return SpeculativeDecoder(self.model, source, sampler, opts.decoder, cost_table=opts.cost_table,
                                   clock=opts.clock, acceptance=self.acceptance)

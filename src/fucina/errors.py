@@ -71,6 +71,14 @@ class SamIntegrityError(FucinaError):
     """A SAM index violates one of its structural invariants (check_integrity found it)."""
 
 
+class InvalidGrammar(InvalidOption):
+    """A grammar, JSON schema or regex that the constraint library rejects (``param`` names the field)."""
+
+
+class GrammarViolation(FucinaError):
+    """A constrained generation reached a state its grammar allows no token from (a library fault)."""
+
+
 class ChatTemplateMissing(InvalidOption):
     """A chat needs a template: the model ships none and ChatOptions(template=...) was not given."""
 
