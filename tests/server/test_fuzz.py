@@ -49,7 +49,14 @@ FIELDS = {
     "logprobs": field(st.one_of(st.booleans(), st.integers(0, 3))), "top_logprobs": field(st.integers(0, 3)),
     "suffix": field(st.text(max_size=4)), "user": field(st.text(max_size=8)),
     "logit_bias": field(st.dictionaries(st.text(max_size=3), st.integers(-100, 100), max_size=2)),
-    "tools": ANY, "tool_choice": ANY, "response_format": field(st.sampled_from([{"type": "text"}, {"type": "json"}])),
+    "tools": ANY, "tool_choice": ANY, "response_format": field(st.one_of(
+        st.sampled_from([{"type": "text"}, {"type": "json"}, {"type": "json_object"},
+                         {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}},
+                         {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": ["a", "b"]}}}]),
+        st.fixed_dictionaries({"type": st.just("json_schema"), "json_schema": st.fixed_dictionaries(
+            {"schema": st.fixed_dictionaries({"type": st.sampled_from(["object", "array", "string", "integer"])},
+                                             optional={"maxLength": st.integers(-1, 3), "items": ANY})},
+            optional={"name": ANY, "strict": ANY})}))),
     "prediction": field(st.fixed_dictionaries({"type": st.just("content"), "content": st.text(max_size=20)})),
     "fucina": field(st.fixed_dictionaries({}, optional={
         "references": field(st.lists(field(st.text(max_size=10)), max_size=9)), "speculative": field(st.booleans()),
@@ -74,6 +81,9 @@ VALID = st.fixed_dictionaries({
     "stop": st.one_of(st.text(min_size=1, max_size=3), st.lists(st.text(min_size=1, max_size=3), max_size=4)),
     "stream": st.booleans(), "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
     "n": st.just(1), "logprobs": st.just(False), "user": st.text(max_size=8),
+    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "json_schema", "json_schema": {
+        "name": "pick", "strict": True, "schema": {"type": "object", "properties": {"a": {"enum": [1, 2]}},
+                                                   "required": ["a"], "additionalProperties": False}}}]),
     "prediction": st.fixed_dictionaries({"type": st.just("content"), "content": st.text(min_size=1, max_size=20)}),
     "fucina": st.fixed_dictionaries({}, optional={
         "references": st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=3),

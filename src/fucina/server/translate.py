@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from fucina.errors import ContextLengthExceeded
+from fucina.errors import ContextLengthExceeded, InvalidGrammar
+from fucina.grammar import Grammar
 from fucina.server import types as t
 from fucina.server.errors import APIError, from_validation, model_not_found
 from fucina.server.settings import ServerSettings
@@ -93,6 +94,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         # Only this tenant's own earlier requests: drafting from another's would leak its text
         # through timing (a repeat of it would run measurably faster).
         options["cross_request"] = state.tenants.store(tenant)
+    if req.response_format is not None:
+        options["grammar"] = _grammar(req.response_format)
     if endpoint == CHAT:
         messages = [{"role": m.role, "content": m.content} for m in req.messages]
 
@@ -116,6 +119,17 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
                    stats=bool(ext is not None and ext.stats))
+
+
+def _grammar(fmt: t.ResponseFormat) -> Grammar:
+    """The constraint a ``response_format`` asks for; 400 naming ``response_format.json_schema`` when
+    the schema is not one the constraint library can enforce."""
+    if fmt.type == "json_object":
+        return Grammar.json_object(param="response_format")
+    try:
+        return Grammar.json_schema(fmt.schema or {}, param="response_format.json_schema")
+    except InvalidGrammar as exc:
+        raise APIError(400, f"response_format.json_schema: {exc}", param=exc.param, code="invalid_value") from None
 
 
 def _token_budget(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest,

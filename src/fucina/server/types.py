@@ -28,6 +28,7 @@ this request, each a non-empty string or list of text parts of at most :data:`MA
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -126,10 +127,6 @@ def _check_unsupported(name: str, value: Any) -> Any:
         if value is None or value == [] or value == {}:
             return value
         raise unsupported(name)
-    if name == "response_format":
-        if value is None or value == {"type": "text"}:
-            return value
-        raise unsupported(name, "only {'type': 'text'}")
     if name == "modalities":
         if value is None or value == ["text"]:
             return value
@@ -150,6 +147,43 @@ def _prediction_text(v: Any) -> Optional[str]:
     if not text:
         raise PydanticCustomError("empty", "prediction.content is empty", {})
     return text
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """A validated ``response_format``: ``json_object``, or ``json_schema`` with its schema."""
+
+    type: Literal["json_object", "json_schema"]
+    schema: Optional[dict] = None
+    name: Optional[str] = None
+    strict: bool = False
+
+
+def response_format(v: Any) -> Optional[ResponseFormat]:
+    """OpenAI's ``response_format``: ``{"type": "text" | "json_object"}`` or ``{"type": "json_schema",
+    "json_schema": {"name", "schema", "strict", "description"}}``; text is the same as none."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("type") not in ("text", "json_object", "json_schema"):
+        raise PydanticCustomError("response_format", "response_format.type must be 'text', 'json_object' or "
+                                  "'json_schema'", {})
+    if v["type"] == "text":
+        return None
+    if v["type"] == "json_object":
+        return ResponseFormat("json_object")
+    spec = v.get("json_schema")
+    if not isinstance(spec, dict):
+        raise PydanticCustomError("response_format", "response_format.json_schema must be an object with a "
+                                  "'schema'", {})
+    schema, name, strict = spec.get("schema", {}), spec.get("name"), spec.get("strict")
+    if not isinstance(schema, dict):
+        raise PydanticCustomError("response_format", "response_format.json_schema.schema must be an object", {})
+    if name is not None and not (isinstance(name, str) and 1 <= len(name) <= 64):
+        raise PydanticCustomError("response_format", "response_format.json_schema.name must be a string of 1 "
+                                  "to 64 characters", {})
+    if strict is not None and not isinstance(strict, bool):
+        raise PydanticCustomError("response_format", "response_format.json_schema.strict must be a boolean", {})
+    return ResponseFormat("json_schema", schema, name, bool(strict))
 
 
 class FucinaOptions(_Body):
@@ -202,6 +236,8 @@ class _Sampling(_Body):
     #: OpenAI's Predicted Outputs: text the answer is expected to repeat; fucina drafts from it.
     prediction: Any = None
     fucina: Optional[FucinaOptions] = None
+    #: A :class:`ResponseFormat` after validation (None: plain text); completions take it too, as llama-server.
+    response_format: Any = None
     # Declared only to be refused unless neutral.
     n: Any = None
     logprobs: Any = None
@@ -236,6 +272,11 @@ class _Sampling(_Body):
     def _refuse(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
 
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _response_format(cls, v: Any) -> Optional[ResponseFormat]:
+        return response_format(v)
+
     @field_validator("prediction", mode="before")
     @classmethod
     def _prediction(cls, v: Any) -> Optional[str]:
@@ -262,15 +303,15 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
-    response_format: Any = None
     audio: Any = None
     modalities: Any = None
 
-    @field_validator("top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format",
+    @field_validator("top_logprobs", "tools", "tool_choice", "functions", "function_call",
                      "audio", "modalities", mode="before")
     @classmethod
     def _refuse_chat(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
+
 
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``."""
