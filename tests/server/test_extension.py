@@ -171,3 +171,15 @@ def test_a_draft_source_that_fails_mid_request_leaves_the_answer_plain(client, r
     assert r.choices[0].message.content == ref.text
     info = r.model_extra["fucina"]
     assert info["source_fault"] == "RuntimeError: reference index corrupted" and len(calls) == 3
+
+
+def test_a_prediction_the_prompt_also_quotes_is_credited(client, reference):
+    # The prompt quotes the prediction's text and the answer copies it: the conversation index drafts
+    # the same tokens as the prediction, and the prediction is credited with them.
+    doc = "the quick brown fox jumps over the lazy dog; " * 2
+    prompt = "copy: " + doc + " again: the quick brown"
+    ref = plain(reference, "complete", prompt, max_tokens=40, temperature=0)
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=40, temperature=0,
+                                  extra_body={"prediction": {"type": "content", "content": doc}})
+    assert r.choices[0].text == ref.text
+    assert r.usage.completion_tokens_details.accepted_prediction_tokens >= 20

@@ -59,6 +59,25 @@ def test_tie_between_conversation_and_reference_goes_to_conversation():
     assert offer(idx, 6) == ([3, 4, 5, 6, 7, 8], "conversation")
 
 
+def test_a_reference_drafting_the_same_tokens_is_credited():
+    # A prediction the prompt also quotes: the conversation matches [6, 1, 2] (3), the reference
+    # [1, 2] (2); both continue 3, 4, 5, 9, so the reference drafts and the prediction is credited.
+    idx = index([6, 1, 2, 3, 4, 5, 9, 6, 1, 2], refs=[[7, 1, 2, 3, 4, 5, 9, 8]])
+    assert idx.conversation.match_len() == 3 and idx._refs[0].cursor.match_len() == 2
+    assert offer(idx, 4) == ([3, 4, 5, 9], "ref0")
+    assert idx.confidence() == 3  # priced by the longest match, whoever drafts
+
+
+def test_a_reference_that_parts_ways_leaves_the_draft_to_the_conversation():
+    idx = index([1, 2, 3, 4, 5, 9, 1, 2], refs=[[7, 1, 2, 3, 4, 5, 6]])
+    assert offer(idx, 4) == ([3, 4, 5, 9], "conversation")
+
+
+def test_a_shorter_agreeing_reference_leaves_the_draft_to_the_conversation():
+    idx = index([1, 2, 3, 4, 5, 9, 1, 2], refs=[[7, 1, 2, 3]])
+    assert offer(idx, 4) == ([3, 4, 5, 9], "conversation")
+
+
 def test_longer_reference_match_beats_conversation():
     # The reference matches [8, 1, 2] (3) against the conversation's [1, 2] (2).
     idx = index([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], refs=[[8, 1, 2, 40, 41, 42]])

@@ -20,7 +20,9 @@ conversation, whose recency beats a static document, then to the first-added ref
 budget the caller asks for: how much of it is worth verifying is the decoder's policy
 (:mod:`fucina.speculative.policy`), which prices the draft by this match length (the offer's
 ``confidence``, :meth:`SpeculationIndex.confidence`) and the acceptance it has measured per kind.
-Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
+When the conversation wins but a reference drafts the same tokens (at least as many), the reference
+drafts them: the offer is the same, and a prediction the prompt also quotes is credited with what it
+predicted. Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
 nothing and the decoder takes a plain step. Drafting from a 1-token match is on by default: on the
 dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
 (``python -m benchmarks.replay``), and the policy declines such drafts wherever they do not pay.
@@ -366,11 +368,13 @@ class SpeculationIndex:
         for order, ref in enumerate(self._sam_sources(), start=1):
             candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor))
         candidates.sort(key=lambda c: (-c[0], c[1]))
-        for match, _, score, drafter in candidates:
+        for i, (match, _, score, drafter) in enumerate(candidates):
             if match < self.options.min_match:
                 break
             tokens = [int(t) for t in drafter.draft(budget)]
             if tokens:
+                if drafter is self._conv:
+                    score, drafter, tokens = self._credit_reference(candidates[i + 1:], tokens, budget)
                 forks = drafter.forks(tokens) if self.options.forks else None
                 return self._remember(score, tokens, confidence, forks)
         if self._resume is not None:
@@ -382,6 +386,24 @@ class SpeculationIndex:
             if tokens:
                 return self._remember(self._rec_score, tokens, confidence, None)
         return NO_DRAFT
+
+    def _credit_reference(self, rest: list[tuple[int, int, _Score, _Drafter]], tokens: list[int],
+                          budget: int) -> tuple[_Score, _Drafter, list[int]]:
+        """The conversation won: a reference that drafts the same tokens (and at least as many)
+        drafts instead, so a client's prediction that the prompt also quotes is credited.
+
+        Example: the prompt quotes a file that is also the request's prediction, and the answer is
+        copying it; the conversation matches 12 tokens (the code fence before the file too), the
+        prediction 9, and both continue ``[a, b, c]`` -> ``ref0`` drafts ``[a, b, c, ...]``: the same
+        offer, credited to the prediction. Where they continue differently the conversation drafts.
+        """
+        for match, _, score, drafter in rest:
+            if match < self.options.min_match:
+                break
+            alt = [int(t) for t in drafter.draft(budget)]
+            if len(alt) >= len(tokens) and alt[:len(tokens)] == tokens:
+                return score, drafter, alt
+        return self._conv_score, self._conv, tokens
 
     def _sam_sources(self) -> list[_Reference]:
         """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
