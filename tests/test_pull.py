@@ -20,7 +20,7 @@ import pytest
 from fucina import catalog
 from fucina.cli import main
 from fucina.errors import ModelDownloadError, ModelIntegrityError, ModelNotFound
-from fucina.pull import cached_path, directory_fetcher, pull, verify_file
+from fucina.pull import Progress, cached_path, directory_fetcher, pull, verify_file
 from fucina.remote_models import QWEN_CODER_05B, QWEN_CODER_15B, REMOTE_MODELS, PartSource, RemoteModel
 
 SLICES = (b"GGUF" + bytes(range(256)) * 40, bytes(range(255, -1, -1)) * 33 + b"middle", b"tail" * 777)
@@ -330,3 +330,20 @@ def test_a_really_pulled_model_verifies(model):
         pytest.skip(f"{model.name} is not in the cache (fucina pull {model.name})")
     assert verify_file(model, path)
     assert catalog.resolve_model(model.name) == path
+
+
+def test_progress_redraws_one_line_on_a_terminal_and_prints_lines_elsewhere():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, log = Tty(), io.StringIO()
+    for stream in (tty, log):
+        bar = Progress("pull m", 200_000_000, stream)
+        for _ in range(200):
+            bar.advance(1_000_000)
+        bar.finish()
+    assert tty.getvalue().startswith("\rpull m [") and tty.getvalue().count("\n") == 1
+    assert "200/200 MB" in tty.getvalue().rsplit("\r", 1)[-1]
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 11 and "100%" in lines[-1]  # one per 10%

@@ -14,7 +14,6 @@ no network.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import html
 import json
@@ -113,8 +112,9 @@ class Progress:
         frac = min(1.0, self.done / self.total)
         bar = "#" * int(frac * 24)
         rate = self.done / max(time.monotonic() - self._start, 1e-6) / 1e6
-        self.stream.write(f"{lead}{self.label} [{bar:<24}] {frac:4.0%} {self.done / 1e6:,.0f}/{self.total / 1e6:,.0f} MB"
-                          f" {rate:5.1f} MB/s{end}")
+        digits = 0 if self.total >= 10e6 else 2
+        self.stream.write(f"{lead}{self.label} [{bar:<24}] {frac:4.0%} {self.done / 1e6:,.{digits}f}/"
+                          f"{self.total / 1e6:,.{digits}f} MB {rate:5.1f} MB/s{end}")
         self.stream.flush()
 
 
@@ -225,6 +225,11 @@ class _Partial:
 def _locked(root: Path, out: IO[str]) -> Iterator[None]:
     """Hold the cache directory's lock: a second pull waits for the first, then finds its file cached."""
     root.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, one pull at a time is the user's to keep
+        yield
+        return
     fd = os.open(root, os.O_RDONLY)
     try:
         try:
