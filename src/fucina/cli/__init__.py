@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from fucina.cli import bench, calibrate, chat, doctor, generate, serve, tokenize
+from fucina.cli import bench, calibrate, chat, doctor, generate, models, pull, serve, tokenize
 from fucina.cli.common import EXIT_USAGE, CliError, Parser
 from fucina.errors import FucinaError
 from fucina.files import drop_stdout
@@ -17,7 +17,7 @@ from fucina.files import drop_stdout
 __all__ = ["build_parser", "main"]
 
 #: In the order ``fucina --help`` lists them.
-SUBCOMMANDS = (generate, chat, serve, bench, calibrate, tokenize, doctor)
+SUBCOMMANDS = (generate, chat, serve, bench, calibrate, tokenize, doctor, models, pull)
 
 
 def build_parser() -> Parser:

@@ -44,7 +44,8 @@ def positive_int(text: str) -> int:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """MODEL, --threads, --ctx, --exact/--no-exact, --repack/--no-repack."""
     p.add_argument("model", nargs="?", default=None,
-                   help="gemma3-270m (default), smollm2-135m, or a path to any GGUF file")
+                   help="gemma3-270m (default), smollm2-135m, a model `fucina pull` got (`fucina models` lists "
+                        "them), or a path to any GGUF file")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=positive_int, default=4096, help="context length (default 4096)")
     p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
