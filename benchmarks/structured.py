@@ -8,7 +8,8 @@ chat template, greedy. Methods, interleaved within each repeat (task order rotat
 
 * ``free``: plain decoding, no grammar (what the mask's cost is measured against);
 * ``plain`` and ``plain-aa``: plain constrained decoding, twice (the A/A column);
-* ``spec``: speculative constrained decoding with grammar-forced drafts (the product's path).
+* ``spec``: speculative constrained decoding with grammar-forced drafts (the product's path);
+* ``spec-nogd``: the same without grammar-forced drafts (what they add).
 
 Reported per task: decode ms per token (median over repeats), ``spec`` over ``plain`` as a decode
 speedup and end to end, the mask's cost (``plain`` ms/token over ``free``'s), the grammar source's
@@ -85,7 +86,7 @@ TASKS: tuple[tuple[str, str, dict], ...] = (
       "required": ["order", "origin", "shipped", "carrier", "tracking", "parcels", "weight_kg", "insured", "expected",
                    "destination"], "additionalProperties": False}),
 )
-METHODS = ("free", "plain", "plain-aa", "spec")
+METHODS = ("free", "plain", "plain-aa", "spec", "spec-nogd")
 
 
 def messages(doc: str, schema: dict) -> list[dict]:
@@ -99,8 +100,11 @@ def run(model: str, repeats: int, n_tasks: int, gen: int) -> dict:
 
     from fucina import LLM
     from fucina.grammar import Grammar
+    from fucina.speculative.decoder import SpecOptions
 
     llm = LLM(model)
+    nogd = LLM(llm.model, cost_table=llm.cost_table, spec_options=SpecOptions(grammar_drafts=False),
+               exact=llm.exact, name=llm.name)
     tasks = TASKS[:n_tasks]
     rows: dict[str, dict[str, list]] = {name: {m: [] for m in METHODS} for name, _, _ in tasks}
     failures: list[str] = []
@@ -111,12 +115,14 @@ def run(model: str, repeats: int, n_tasks: int, gen: int) -> dict:
             msgs = messages(doc, schema)
             outputs = {}
             for method in METHODS[rep % 2:] + METHODS[:rep % 2]:  # alternate who goes first
-                kw = dict(max_tokens=gen, temperature=0, speculative=method == "spec")
+                kw = dict(max_tokens=gen, temperature=0, speculative=method.startswith("spec"))
                 if method != "free":
                     kw["grammar"] = grammar
-                llm.reset()  # every method pays its own prefill: the end-to-end column compares like with like
+                who = nogd if method == "spec-nogd" else llm
+                for x in (llm, nogd):  # every method pays its own prefill: end to end compares like with like
+                    x.reset()
                 t0 = time.perf_counter()
-                r = llm.chat(msgs, **kw)
+                r = who.chat(msgs, **kw)
                 wall = time.perf_counter() - t0
                 outputs[method] = r.token_ids
                 grammar_src = next((s for s in (r.stats.sources if r.stats else ()) if s.name == "grammar"), None)
@@ -124,13 +130,16 @@ def run(model: str, repeats: int, n_tasks: int, gen: int) -> dict:
                     tokens=len(r.token_ids), decode=r.timings.generate_seconds, wall=wall,
                     prompt=r.timings.prompt_seconds,
                     grammar=(grammar_src.accepted, grammar_src.drafted) if grammar_src else None))
-                if method != "free":
+                if method != "free" and r.finish_reason == "length":
+                    failures.append(f"{name}/{method}: unfinished at {gen} tokens")
+                elif method != "free":
                     try:
                         jsonschema.validate(json.loads(r.text), schema)
                     except Exception as exc:  # noqa: BLE001 - recorded as a failure of the run
                         failures.append(f"{name}/{method}: {type(exc).__name__}: {str(exc)[:120]}")
-            if outputs["spec"] != outputs["plain"]:
-                failures.append(f"{name}: spec != plain")
+            for method in ("spec", "spec-nogd"):
+                if outputs[method] != outputs["plain"]:
+                    failures.append(f"{name}: {method} != plain")
             print(f"repeat {rep + 1}/{repeats} {name}: " + " ".join(
                 f"{m}={1000 * rows[name][m][-1]['decode'] / max(1, rows[name][m][-1]['tokens']):.1f}ms/tok"
                 for m in METHODS), file=sys.stderr, flush=True)
@@ -144,11 +153,14 @@ def ms_per_token(samples: list[dict]) -> float:
 def report(res: dict) -> str:
     lines = [f"model {res['model']}  level {res['level']}  repeats {res['repeats']}  greedy",
              "| task | tokens | free ms/tok | plain ms/tok | A/A | mask cost | spec ms/tok | decode speedup | "
-             "end to end | grammar a/d |", "|---|---|---|---|---|---|---|---|---|---|"]
-    speedups, e2e, masks, aas = [], [], [], []
+             "without grammar drafts | end to end | grammar a/d |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    speedups, nogds, e2e, masks, aas = [], [], [], [], []
     for name, per in res["rows"].items():
-        free, pl, aa, sp = (ms_per_token(per[m]) for m in METHODS)
-        s_dec = statistics.median(p["decode"] for p in per["plain"]) / statistics.median(p["decode"] for p in per["spec"])
+        free, pl, aa, sp, _ = (ms_per_token(per[m]) for m in METHODS)
+        plain_decode = statistics.median(p["decode"] for p in per["plain"])
+        s_dec = plain_decode / statistics.median(p["decode"] for p in per["spec"])
+        s_nogd = plain_decode / statistics.median(p["decode"] for p in per["spec-nogd"])
+        nogds.append(s_nogd)
         s_e2e = statistics.median(p["wall"] for p in per["plain"]) / statistics.median(p["wall"] for p in per["spec"])
         g = per["spec"][-1]["grammar"] or (0, 0)
         speedups.append(s_dec)
@@ -156,9 +168,10 @@ def report(res: dict) -> str:
         masks.append(pl / free)
         aas.append(pl / aa)
         lines.append(f"| {name} | {per['plain'][-1]['tokens']} | {free:.1f} | {pl:.1f} | {pl / aa:.2f} | "
-                     f"{100 * (pl / free - 1):+.1f}% | {sp:.1f} | {s_dec:.2f}x | {s_e2e:.2f}x | {g[0]}/{g[1]} |")
+                     f"{100 * (pl / free - 1):+.1f}% | {sp:.1f} | {s_dec:.2f}x | {s_nogd:.2f}x | {s_e2e:.2f}x | {g[0]}/{g[1]} |")
     lines.append(f"| **median** | | | | {statistics.median(aas):.2f} | {100 * (statistics.median(masks) - 1):+.1f}% | "
-                 f"| **{statistics.median(speedups):.2f}x** | {statistics.median(e2e):.2f}x | |")
+                 f"| **{statistics.median(speedups):.2f}x** | {statistics.median(nogds):.2f}x | "
+                 f"{statistics.median(e2e):.2f}x | |")
     lines.append("failures: " + ("; ".join(res["failures"]) if res["failures"] else "none (every answer validates; "
                                  "spec == plain token for token)"))
     return "\n".join(lines)

@@ -116,7 +116,7 @@ class DecoderFactory:
             raise InvalidOption("pass references and cross_request to index(), not with a ready source")
         if source is None:
             source = self.index(references=references, cross_request=cross_request)
-        if isinstance(sampler, ConstrainedSampler):
+        if isinstance(sampler, ConstrainedSampler) and self.options.decoder.grammar_drafts:
             source = GrammarDrafts(source, sampler.state.forced)
         opts = self.options
         return SpeculativeDecoder(self.model, source, sampler, opts.decoder, cost_table=opts.cost_table,

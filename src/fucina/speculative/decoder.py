@@ -57,10 +57,13 @@ RowHook = Callable[[np.ndarray, int, Sequence[int]], None]
 @dataclass(frozen=True)
 class SpecOptions:
     """Decoder options. ``verify_all=True`` verifies every candidate of >= min_draft tokens instead
-    of the policy's choice (the bench's ``gate_open`` ablation); the policy still scores them."""
+    of the policy's choice (the bench's ``gate_open`` ablation); the policy still scores them.
+    ``grammar_drafts=False`` keeps a constrained generation's forced tokens out of the drafts (the
+    structured-output bench's ablation; :class:`~fucina.speculative.grammar_drafts.GrammarDrafts`)."""
 
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     verify_all: bool = False
+    grammar_drafts: bool = True
     topk: int = 8  # candidates per verified row handed to observe_topk
 
     def __post_init__(self) -> None:
