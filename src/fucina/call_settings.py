@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
 from fucina.errors import EmptyReference, InvalidOption, TooManyReferences
+from fucina.logprobs import check_logprobs
 from fucina.sampling import SamplerOptions
 from fucina.speculative.index import MAX_REFERENCES
 
@@ -33,6 +34,8 @@ class CallSettings:
     speculative: bool
     #: Where this call drafts from earlier calls and is recorded when it finishes (or None).
     cross_request: Any = None
+    #: Alternatives per token to report with each token's log-probability (None: no logprobs).
+    logprobs: int | None = None
 
 
 def call_settings(model, *, default_speculative: bool, max_tokens: int | None, temperature: float, top_p: float,
@@ -40,7 +43,7 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
                   presence_penalty: float, penalty_last_n: int, seed: int | None,
                   stop: Union[str, Sequence[str], None], stop_token_ids: Sequence[int],
                   references: Sequence[Union[str, Sequence[int]]], speculative: bool | None,
-                  cross_request: Any) -> CallSettings:
+                  cross_request: Any, logprobs: int | None = None) -> CallSettings:
     """The arguments of one call on ``model`` (``speculative=None``: ``default_speculative``), validated.
 
     ``seed=None`` draws a fresh seed; text references are tokenized with the model's tokenizer.
@@ -71,7 +74,7 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
     if cross is not None and not (callable(getattr(cross, "snapshot", None)) and callable(getattr(cross, "add", None))):
         raise InvalidOption("cross_request must be a CrossRequestIndex (snapshot() and add(tokens)), "
                             f"got {type(cross).__name__}", param="cross_request")
-    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross)
+    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross, check_logprobs(logprobs))
 
 
 def _references(model, references: Any) -> tuple[tuple[int, ...], ...]:
