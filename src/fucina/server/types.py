@@ -54,8 +54,8 @@ MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 1 << 20
 #: Most choices per request (they run one after another).
 MAX_N = 16
-#: Most alternatives per token: chat's ``top_logprobs``, legacy completions' ``logprobs``.
-MAX_TOP_LOGPROBS = 20
+#: Most alternatives per token: chat's ``top_logprobs`` (fucina.LLM's limit, 20), legacy completions' ``logprobs``.
+from fucina.logprobs import MAX_TOP_LOGPROBS  # noqa: E402
 MAX_COMPLETION_LOGPROBS = 5
 #: Reference documents per request, the prediction included (fucina.LLM's limit).
 from fucina.speculative.index import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
