@@ -1,4 +1,5 @@
-"""Run under the exact engine (see test_api_exact.py): LLM speculative vs plain with stop strings.
+"""Run under the exact engine (see test_api_exact.py): LLM speculative vs plain with stop strings
+(text, tokens, finish reason and the logprobs of every token, with 2 alternatives).
 
 Prints one JSON object per model: runs, identical runs, drafted/accepted tokens and any mismatch.
 """
@@ -33,13 +34,14 @@ def main(models: list[str], n_prompts: int, gen: int) -> None:
                 for stop in (full[8:12], full[len(full) // 2:len(full) // 2 + 4], "\x00never"):
                     if not stop.strip():
                         continue
-                    spec = call(max_tokens=gen, stop=stop, **kw)
-                    plain = call(max_tokens=gen, stop=stop, speculative=False, **kw)
+                    spec = call(max_tokens=gen, stop=stop, logprobs=2, **kw)
+                    plain = call(max_tokens=gen, stop=stop, speculative=False, logprobs=2, **kw)
                     runs += 1
                     drafted += spec.stats.drafted
                     accepted += spec.stats.accepted
-                    if (spec.text, spec.token_ids, spec.finish_reason) == (plain.text, plain.token_ids,
-                                                                           plain.finish_reason):
+                    # The logprobs too: the rows each token was sampled from are bitwise plain decoding's.
+                    if (spec.text, spec.token_ids, spec.finish_reason, spec.logprobs) == (
+                            plain.text, plain.token_ids, plain.finish_reason, plain.logprobs):
                         same += 1
                     else:
                         bad.append({"prompt": i, "mode": mode, "stop": stop, "spec": spec.text, "plain": plain.text})

@@ -1,4 +1,5 @@
-"""Stop strings through fucina.LLM on the real models, at the *exact* level: speculative == plain, bitwise.
+"""Stop strings (and logprobs) through fucina.LLM on the real models, at the *exact* level: speculative ==
+plain, bitwise.
 
 Runs on the patched engine (``python -m fucina.engine build``; the README's test command
 builds it), in a subprocess whose PYTHONPATH puts that build first.

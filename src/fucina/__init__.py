@@ -16,9 +16,10 @@ _activate()  # before anything imports llama_cpp: the patched engine when it is 
 
 from fucina.api import LLM  # noqa: E402
 from fucina.errors import ContextLengthExceeded, FucinaError, InvalidOption  # noqa: E402
-from fucina.results import Completion, CompletionChunk, SpeculationReport, Timings, Usage  # noqa: E402
+from fucina.results import (Completion, CompletionChunk, SpeculationReport, Timings, TokenLogprob,  # noqa: E402
+                            TopLogprob, Usage)
 
 __version__ = "0.1.0"
 
 __all__ = ["LLM", "Completion", "CompletionChunk", "ContextLengthExceeded", "FucinaError", "InvalidOption",
-           "SpeculationReport", "Timings", "Usage", "__version__"]
+           "SpeculationReport", "Timings", "TokenLogprob", "TopLogprob", "Usage", "__version__"]

@@ -34,8 +34,9 @@ from fucina.call_settings import CallSettings, Message, Prompt, call_settings, c
 from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
 from fucina.plain import PlainDecoder
 from fucina.prefix_cache import PrefixCache
+from fucina.logprobs import LogprobRecorder
 from fucina.results import (Completion, CompletionChunk, FinishReason, SpeculationReport,
-                            Timings, Usage)
+                            Timings, TokenLogprob, Usage)
 from fucina.sampling import Sampler
 from fucina.speculative.index import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
@@ -162,6 +163,7 @@ class LLM:
         stream: bool = False,
         cross_request: "CrossRequestStore | None" = None,
         grammar: "Grammar | None" = None,
+        logprobs: int | None = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """Continue ``prompt`` (text, whose special-token markers are parsed; or token ids, used as they are).
 
@@ -175,6 +177,9 @@ class LLM:
         Never share one between callers who must not learn each other's text (a timing channel).
         ``grammar``: a :class:`fucina.grammar.Grammar` (JSON schema, Lark, regex) every sampled row is
         masked by, verified rows included, so speculative output still equals plain constrained decoding.
+        ``logprobs``: None (off), or 0..20 alternatives: every generated token's log-probability under
+        the model's raw distribution (before penalties, temperature and the cuts) and the ``logprobs``
+        most likely tokens at its position (:mod:`fucina.logprobs`; the same with and without speculation).
         With ``stream=True`` returns an iterator of :class:`CompletionChunk`, else a
         :class:`Completion`. Bad arguments raise :class:`~fucina.errors.InvalidOption` (its ``param``
         names the argument) before any work; a prompt that cannot fit with ``max_tokens`` raises
@@ -184,7 +189,8 @@ class LLM:
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar), stream)
+            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar,
+            logprobs=logprobs), stream)
 
     def chat(
         self,
@@ -207,6 +213,7 @@ class LLM:
         stream: bool = False,
         cross_request: "CrossRequestStore | None" = None,
         grammar: "Grammar | None" = None,
+        logprobs: int | None = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
 
@@ -219,7 +226,8 @@ class LLM:
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar), stream)
+            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar,
+            logprobs=logprobs), stream)
 
     def conversation(self, **options: Any):
         """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
@@ -410,11 +418,13 @@ class LLM:
         budget = room if req.max_tokens is None else min(req.max_tokens, room)
         stop_ids = frozenset(int(t) for t in model.eos_ids) | req.stop_token_ids
         text = TextLoop(model, stop_ids=stop_ids, stop_strings=req.stop, clock=time.perf_counter)
+        lp = None if req.logprobs is None else LogprobRecorder(model, req.logprobs, stop_ids).attach(decoder)
         tokens = decoder.generate(budget, stop_ids)
         try:
             # 3. Text as the tokens commit, cut at a stop string; held-back bytes are flushed at the end.
             for piece in text.run(tokens):
-                yield CompletionChunk(piece.text, piece.token_ids)
+                entries = None if lp is None else lp.take(piece.token_ids)
+                yield CompletionChunk(piece.text, piece.token_ids, logprobs=entries)
         finally:
             tokens.close()
             self.prefix_cache.settle(decoder.history)
@@ -426,7 +436,8 @@ class LLM:
         finish: FinishReason = "length" if text.ended_by is None else "stop"
         timings = Timings(t_fed - t0, (text.first_token_at or t_end) - t0, t_end - t_fed, len(generated))
         usage = Usage(len(prompt), len(generated), reused)
-        yield CompletionChunk("", text.unsent, finish, usage, timings, self._speculation_report(decoder))
+        yield CompletionChunk("", text.unsent, finish, usage, timings, self._speculation_report(decoder),
+                              logprobs=None if lp is None else lp.take(text.unsent))
 
     def reset(self) -> None:
         """Empty the model's KV cache (e.g. after an engine fault); saved prefix slots stay."""
@@ -465,10 +476,14 @@ def _sampler(model, req: CallSettings) -> Sampler:
 def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
     parts: list[str] = []
     ids: list[int] = []
+    lps: list[TokenLogprob] | None = None
     last = None
     for c in chunks:
         parts.append(c.text)
         ids.extend(c.token_ids)
+        if c.logprobs is not None:
+            lps = (lps or []) + list(c.logprobs)
         last = c
     assert last is not None and last.usage is not None and last.timings is not None
-    return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats)
+    return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats,
+                      None if lps is None else tuple(lps))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
 from fucina.errors import EmptyReference, InvalidOption, TooManyReferences
+from fucina.logprobs import check_logprobs
 from fucina.sampling import SamplerOptions
 from fucina.speculative.index import MAX_REFERENCES
 
@@ -35,6 +36,8 @@ class CallSettings:
     cross_request: Any = None
     #: What the output must match (:class:`fucina.grammar.Grammar`), or None.
     grammar: Any = None
+    #: Alternatives per token to report with each token's log-probability (None: no logprobs).
+    logprobs: int | None = None
 
 
 def call_settings(model, *, default_speculative: bool, max_tokens: int | None, temperature: float, top_p: float,
@@ -42,7 +45,7 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
                   presence_penalty: float, penalty_last_n: int, seed: int | None,
                   stop: Union[str, Sequence[str], None], stop_token_ids: Sequence[int],
                   references: Sequence[Union[str, Sequence[int]]], speculative: bool | None,
-                  cross_request: Any, grammar: Any = None) -> CallSettings:
+                  cross_request: Any, grammar: Any = None, logprobs: int | None = None) -> CallSettings:
     """The arguments of one call on ``model`` (``speculative=None``: ``default_speculative``), validated.
 
     ``seed=None`` draws a fresh seed; text references are tokenized with the model's tokenizer.
@@ -79,7 +82,8 @@ def call_settings(model, *, default_speculative: bool, max_tokens: int | None, t
         if not isinstance(grammar, Grammar):
             raise InvalidOption(f"grammar must be a fucina.grammar.Grammar or None, got {type(grammar).__name__}",
                                 param="grammar")
-    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross, grammar)
+    return CallSettings(max_tokens, sampler, stops, stop_ids, refs, speculative, cross, grammar=grammar,
+                        logprobs=check_logprobs(logprobs))
 
 
 def _references(model, references: Any) -> tuple[tuple[int, ...], ...]:

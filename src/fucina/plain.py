@@ -8,7 +8,7 @@ other; :class:`fucina.text.TextLoop` turns either's committed tokens into text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -16,15 +16,24 @@ from fucina.errors import InvalidOption
 from fucina.sampling import Sampler
 
 
+#: Called with (row, token) right after each committed token was sampled from ``row`` (its raw logits).
+CommitHook = Callable[[np.ndarray, int], None]
+
+
 class CommittedStream:
     """State both decoders share, so the prefill path is one piece of code.
 
     ``history`` holds every committed token; all but the last (the *carried* token) are in the KV
     cache; after :meth:`feed` the prefill's last row waits in ``_pending`` for the first sample.
+
+    ``commit_hook`` (None, or a :data:`CommitHook`) is called once per committed token, in order, with
+    the raw logits row it was sampled from (e.g. :class:`fucina.logprobs.LogprobRecorder`). It only
+    observes: it cannot change what is committed. The row is the engine's buffer: read it in the call.
     """
 
     def __init__(self, model) -> None:
         self.model = model
+        self.commit_hook: CommitHook | None = None
         self.history: list[int] = []
         self._carried: int | None = None
         self._pending: np.ndarray | None = None
@@ -76,6 +85,8 @@ class PlainDecoder(CommittedStream):
             else:
                 row = self.model.forward_step([self._carried])
             t = int(self.sampler.sample(row, self.history))
+            if self.commit_hook is not None:
+                self.commit_hook(row, t)
             self.history.append(t)
             self._carried = t
             yield t

@@ -131,13 +131,40 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a position, with its log-probability (natural log)."""
+
+    token_id: int
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The log-probability of one generated token, and the most likely tokens at its position.
+
+    Log-probabilities are of the model's *raw* distribution: a float64 log-softmax of the logits row
+    the token was sampled from, before penalties, temperature, top-k/top-p/min-p (what OpenAI and
+    llama.cpp report). ``top`` holds the requested number of most likely tokens, most likely first
+    (ties by lowest id); the generated token may or may not be among them. ``text_offset`` is where
+    the token's text starts in the call's ``text`` (characters, counted before any stop-string cut):
+    a token at or past ``len(text)`` shows nothing there (the end token, text cut by a stop string).
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+    text_offset: int = 0
+
+
+@dataclass(frozen=True)
 class Completion:
     """The whole result of :meth:`LLM.complete` or :meth:`LLM.chat`.
 
     ``text`` is cut before the first stop string and never contains the end-of-generation marker;
     ``token_ids`` are every token the call generated up to the one that ended it (an end token or the
     token completing a stop string included), so ``len(token_ids) == usage.completion_tokens``.
-    ``stats`` is None when the call decoded plainly.
+    ``stats`` is None when the call decoded plainly. ``logprobs`` (when the call asked for them) holds
+    one :class:`TokenLogprob` per entry of ``token_ids``, in order; None otherwise.
     """
 
     text: str
@@ -146,6 +173,7 @@ class Completion:
     usage: Usage
     timings: Timings
     stats: Optional[SpeculationReport] = None
+    logprobs: Optional[tuple[TokenLogprob, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +182,8 @@ class CompletionChunk:
 
     Every chunk but the last carries new ``text`` and the ``token_ids`` generated since the previous
     chunk; the last one carries ``finish_reason``, ``usage``, ``timings`` and ``stats`` (its text may
-    be empty). Joining every chunk's text gives the non-streamed ``Completion.text``.
+    be empty). Joining every chunk's text gives the non-streamed ``Completion.text``. ``logprobs``
+    (when the call asked for them) is aligned with ``token_ids``; None otherwise.
     """
 
     text: str
@@ -163,3 +192,4 @@ class CompletionChunk:
     usage: Optional[Usage] = None
     timings: Optional[Timings] = None
     stats: Optional[SpeculationReport] = None
+    logprobs: Optional[tuple[TokenLogprob, ...]] = None

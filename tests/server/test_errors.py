@@ -82,15 +82,37 @@ def http(fake_server):
     (COMPLETIONS, completion(prompt=[99999]), "prompt"),     # not a token id of this model (FucinaError.param)
     (COMPLETIONS, completion(temperature=-0.1), "temperature"),
     (COMPLETIONS, completion(penalty_last_n=-2), "penalty_last_n"),
+    # logprobs and n: valid within their ranges, a 400 naming the field outside them
+    (CHAT, chat(logprobs=True, top_logprobs=21), "top_logprobs"),
+    (CHAT, chat(logprobs=True, top_logprobs=-1), "top_logprobs"),
+    (CHAT, chat(logprobs=True, top_logprobs=2.0), "top_logprobs"),
+    (CHAT, chat(top_logprobs=2), "top_logprobs"),                  # without logprobs: true
+    (CHAT, chat(logprobs=1), "logprobs"),
+    (CHAT, chat(logprobs="yes"), "logprobs"),
+    (CHAT, chat(n=0), "n"),
+    (CHAT, chat(n=17), "n"),
+    (CHAT, chat(n=True), "n"),
+    (COMPLETIONS, completion(logprobs=6), "logprobs"),
+    (COMPLETIONS, completion(logprobs=-1), "logprobs"),
+    (COMPLETIONS, completion(logprobs=True), "logprobs"),
+    (COMPLETIONS, completion(n=17), "n"),
+    (COMPLETIONS, completion(n="2"), "n"),
+    (COMPLETIONS, completion(best_of=17), "best_of"),
 ])
 def test_invalid_values_are_400_naming_the_param(http, path, body, param):
     envelope(http.post(path, json=body), 400, param=param)
 
 
+def test_out_of_range_counts_say_their_range(http):
+    err = envelope(http.post(CHAT, json=chat(n=17)), 400, param="n", code="invalid_value")
+    assert "1 to 16" in err["message"]
+    err = envelope(http.post(CHAT, json=chat(logprobs=True, top_logprobs=21)), 400, param="top_logprobs")
+    assert "0 to 20" in err["message"]
+    err = envelope(http.post(COMPLETIONS, json=completion(logprobs=6)), 400, param="logprobs")
+    assert "0 to 5" in err["message"]
+
+
 @pytest.mark.parametrize("path,body,param", [
-    (CHAT, chat(n=2), "n"),
-    (CHAT, chat(logprobs=True), "logprobs"),
-    (CHAT, chat(top_logprobs=2), "top_logprobs"),
     (CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
     (CHAT, chat(tool_choice="auto"), "tool_choice"),
     (CHAT, chat(functions=[{"name": "f"}]), "functions"),
@@ -101,11 +123,10 @@ def test_invalid_values_are_400_naming_the_param(http, path, body, param):
     (CHAT, chat(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}]), "messages[0].role"),
     (CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
      "messages[0].content"),
-    (COMPLETIONS, completion(n=3), "n"),
-    (COMPLETIONS, completion(best_of=2), "best_of"),
+    (COMPLETIONS, completion(best_of=2), "best_of"),          # best_of must be 1 or n
+    (COMPLETIONS, completion(n=2, best_of=3), "best_of"),
     (COMPLETIONS, completion(echo=True), "echo"),
     (COMPLETIONS, completion(suffix="tail"), "suffix"),
-    (COMPLETIONS, completion(logprobs=2), "logprobs"),
     (COMPLETIONS, completion(logit_bias={"3": -100}), "logit_bias"),
     (COMPLETIONS, completion(prompt=["one", "two"]), "prompt"),
 ])
@@ -119,6 +140,11 @@ def test_unsupported_fields_are_refused_by_name(http, path, body, param):
                 logit_bias={}, modalities=["text"], user="u1", store=False, metadata={"a": "b"}, service_tier="auto",
                 parallel_tool_calls=True, an_unknown_field={"x": [1, 2]})),
     (COMPLETIONS, completion(n=1, best_of=1, echo=False, suffix="", logit_bias={}, whatever=3)),
+    (CHAT, chat(n=2, logprobs=True, top_logprobs=20)),
+    (CHAT, chat(logprobs=False, top_logprobs=0)),
+    (COMPLETIONS, completion(n=2, best_of=2, logprobs=5)),
+    (COMPLETIONS, completion(logprobs=0, n=16, max_tokens=1)),
+    (COMPLETIONS, completion(logprobs=False)),
 ])
 def test_neutral_values_and_unknown_fields_are_accepted(http, path, body):
     r = http.post(path, json=body)

@@ -27,10 +27,13 @@ PROMPT = "def fibonacci(n):\n    "
 REFERENCE = """
 import json, sys
 from fucina.api import LLM
+from fucina.logprobs import visible
 llm = LLM(sys.argv[1], n_ctx=2048, n_threads=1, exact=True, speculative=False, progress=False)
 plain = dict(top_p=1.0, top_k=0, min_p=0.0, speculative=False)
+chat = llm.chat(json.loads(sys.argv[2]), max_tokens=40, temperature=0, logprobs=3, **plain)
 out = {
-    "chat": llm.chat(json.loads(sys.argv[2]), max_tokens=40, temperature=0, **plain).text,
+    "chat": chat.text,
+    "logprobs": [[e.logprob, [t.logprob for t in e.top]] for e in visible(chat.logprobs, chat.text)],
     "sampled": llm.complete(sys.argv[3], max_tokens=32, temperature=0.8, seed=42, **plain).text,
 }
 print(json.dumps(out))
@@ -64,8 +67,12 @@ def test_served_speculation_equals_plain_decoding_on_the_exact_engine(exact_engi
                 assert m.group(2) == MODEL and m.group(3) == "exact"
         assert url, "".join(lines)
         c = openai.OpenAI(base_url=url, api_key="sekret", max_retries=0, timeout=300)
-        r = c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, temperature=0, top_p=1)
+        r = c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, temperature=0, top_p=1,
+                                      logprobs=True, top_logprobs=3)
         assert r.choices[0].message.content == want["chat"]
+        # The logprobs too, float for float: each token's row is the one plain decoding computed.
+        assert [[e.logprob, [t.logprob for t in e.top_logprobs]] for e in r.choices[0].logprobs.content] == \
+            want["logprobs"]
         assert r.system_fingerprint == "fucina-0.1.0-llama.cpp-0.3.36-exact"
         assert r.model_extra["fucina"]["drafted"] > 0
         s = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0.8, seed=42, stream=True)

@@ -127,6 +127,27 @@ def test_disconnect_mid_stream_frees_the_worker(slow, reference):
     assert 'fucina_requests_total{endpoint="/v1/completions",status="499"} 1' in metrics
 
 
+def test_disconnect_mid_stream_of_several_choices_stops_them_all(slow):
+    """n=4 choices run one after another: a client gone during the first stops the later ones too."""
+    model = slow.llm.model
+    body = {"model": MODEL, "prompt": "the quick brown fox jumps", "max_tokens": 400, "temperature": 0.9,
+            "seed": 1, "stream": True, "n": 4, "logprobs": 2}
+    with httpx.Client(base_url=slow.url, timeout=10) as c:
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            got = 0
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    assert json.loads(line[6:])["choices"][0]["index"] == 0
+                    got += 1
+                if got >= 5:
+                    break
+    at_close = model.forward_calls
+    h = slow.wait_idle(timeout=3)
+    assert h["busy"] is False and h["queue"] == 0
+    assert _forwards_stop_growing(model) - at_close <= 10  # 4 x 400 tokens at 10 ms each would take 16 s
+
+
 def test_disconnect_of_a_non_streaming_request_cancels_it(slow):
     model = slow.llm.model
     body = {"model": MODEL, "prompt": "the quick brown fox", "max_tokens": 3000, "temperature": 0.9, "seed": 2}

@@ -1,8 +1,10 @@
 """Responses: the OpenAI bodies of an answer, whole (JSON) or as server-sent events.
 
-A :class:`Record` gathers one accepted request's chunks and builds its response, its SSE lines, the
-``usage`` and ``fucina`` blocks; it also records the request in the metrics and writes its log
-line, once, however the request ends. :func:`error_for` turns a worker event that is not a chunk
+A :class:`Record` gathers one accepted request's chunks (of each of its ``n`` choices) and builds its
+response, its SSE lines, the ``usage`` and ``fucina`` blocks; it also records the request in the
+metrics and writes its log line, once, however the request ends. With several choices ``usage``
+counts the prompt once and the completion tokens of every choice; the ``fucina`` block sums what
+the generations did (a greedy request's copies did nothing). :func:`error_for` turns a worker event that is not a chunk
 into the OpenAI error it answers.
 """
 
@@ -16,10 +18,13 @@ from typing import Any, AsyncIterator
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
+from fucina.logprobs import VisibleLogprobs
+from fucina.results import SourceReport, SpeculationReport, Timings, TokenLogprob, Usage
 from fucina.server import types as t
 from fucina.server.errors import APIError, engine_fault, from_fucina
+from fucina.server.logprob_bodies import chat_logprobs, completion_logprobs
 from fucina.server.state import ServerState
-from fucina.server.translate import CHAT, LLMCall
+from fucina.server.translate import CHAT, ChoiceChunk, LLMCall
 from fucina.server.worker import Job
 
 __all__ = ["CLIENT_CLOSED", "EventStream", "Record", "error_for", "event_stream", "json_response", "raise_for",
@@ -52,27 +57,65 @@ def raise_for(event: tuple[str, Any], call: LLMCall) -> None:
         raise err
 
 
+class Choice:
+    """One choice's text so far, its final chunk, and the logprob entries of its shown tokens."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.last: Any = None
+        self.entries: list[TokenLogprob] = []
+        self.window = VisibleLogprobs()
+        self.announced = False  # its role delta was sent (chat streams)
+
+
 class Record:
     """One accepted request: its chunks so far, then the response, the metrics and the log line."""
 
     def __init__(self, state: ServerState, call: LLMCall, job: Job, t0: float) -> None:
         self.state, self.call, self.job, self.t0 = state, call, job, t0
-        self.parts: list[str] = []
-        self.last: Any = None
+        self.choices = [Choice() for _ in range(call.n)]
+        #: The final chunks of the choices that were generated (a greedy request's copies are not).
+        self.runs: list[Any] = []
         self.done = False
 
-    def add(self, chunk: Any) -> None:
+    def add(self, item: ChoiceChunk) -> list[TokenLogprob]:
+        """Take one chunk of a choice; returns the logprob entries whose text it shows."""
+        choice, chunk = self.choices[item.index], item.chunk
         if chunk.text:
-            self.parts.append(chunk.text)
+            choice.parts.append(chunk.text)
+        shown = choice.window.push(chunk.text, chunk.logprobs) if self.call.logprobs is not None else []
+        choice.entries.extend(shown)
         if chunk.finish_reason is not None:
-            self.last = chunk
+            choice.last = chunk
+            if not item.copy:
+                self.runs.append(chunk)
+        return shown
+
+    @property
+    def last(self) -> Any:
+        """The last choice's final chunk (None until the answer is complete)."""
+        return self.choices[-1].last
+
+    # -- totals over the choices --------------------------------------------------------------
+
+    def totals(self) -> tuple[Usage, Timings, SpeculationReport | None] | None:
+        """The request's usage, timings and speculation over its finished choices (None: none finished)."""
+        done = [c.last for c in self.choices if c.last is not None]
+        if not self.runs or not done:
+            return None
+        first = self.runs[0]
+        usage = Usage(first.usage.prompt_tokens, sum(c.usage.completion_tokens for c in done),
+                      first.usage.cached_tokens)
+        tms = [r.timings for r in self.runs]
+        timings = Timings(tms[0].prompt_seconds, tms[0].first_token_seconds, sum(x.generate_seconds for x in tms),
+                          sum(x.generated_tokens for x in tms))
+        return usage, timings, _merged_stats([r.stats for r in self.runs])
 
     # -- response pieces ----------------------------------------------------------------------
 
     def usage(self) -> t.UsageBody:
-        u = self.last.usage
+        u, _, stats = self.totals()
         accepted = rejected = 0
-        stats = self.last.stats
         if self.call.prediction and stats is not None:
             try:
                 ref = stats.source("ref0")
@@ -86,8 +129,8 @@ class Record:
                                                                 rejected_prediction_tokens=rejected))
 
     def info(self) -> t.FucinaInfo:
-        last, state = self.last, self.state
-        tm, s = last.timings, last.stats
+        state = self.state
+        _, tm, s = self.totals()
         spec: dict[str, Any] = {} if s is None else dict(
             steps=s.steps, verifies=s.verifies, drafted=s.drafted, accepted=s.accepted, committed=s.committed,
             acceptance=round(s.acceptance, 4))
@@ -106,27 +149,42 @@ class Record:
         return dict(id=self.call.id, created=self.call.created, model=self.state.model_id,
                     system_fingerprint=self.state.fingerprint)
 
-    def response(self) -> BaseModel:
-        text, finish = "".join(self.parts), self.last.finish_reason
+    def _logprobs(self, entries: list[TokenLogprob] | None) -> Any:
+        if self.call.logprobs is None or entries is None:
+            return None
+        token_bytes = self.state.llm.model.token_bytes
         if self.call.endpoint == CHAT:
-            return t.ChatCompletionResponse(
-                **self.head(), choices=[t.ChatChoice(message=t.AssistantMessage(content=text), finish_reason=finish)],
-                usage=self.usage(), fucina=self.info())
-        return t.CompletionResponse(**self.head(), choices=[t.CompletionChoice(text=text, finish_reason=finish)],
-                                    usage=self.usage(), fucina=self.info())
+            return chat_logprobs(entries, token_bytes)
+        return completion_logprobs(entries, token_bytes)
 
-    def chunk(self, text: str | None = None, *, role: bool = False, finish: str | None = None) -> str:
-        """One SSE ``data:`` line of a content delta, the role (first) or the finish reason (last)."""
+    def response(self) -> BaseModel:
+        choices: list[Any] = []
+        for i, c in enumerate(self.choices):
+            text, finish, lp = "".join(c.parts), c.last.finish_reason, self._logprobs(c.entries)
+            if self.call.endpoint == CHAT:
+                choices.append(t.ChatChoice(index=i, message=t.AssistantMessage(content=text), finish_reason=finish,
+                                            logprobs=lp))
+            else:
+                choices.append(t.CompletionChoice(text=text, index=i, finish_reason=finish, logprobs=lp))
+        cls = t.ChatCompletionResponse if self.call.endpoint == CHAT else t.CompletionResponse
+        return cls(**self.head(), choices=choices, usage=self.usage(), fucina=self.info())
+
+    def chunk(self, text: str | None = None, *, index: int = 0, role: bool = False, finish: str | None = None,
+              logprobs: list[TokenLogprob] | None = None) -> str:
+        """One SSE ``data:`` line of choice ``index``: a content delta (with the logprobs of the tokens
+        it shows), the role (first) or the finish reason (last; the request's last one carries the
+        ``fucina`` block)."""
         extra: dict[str, Any] = {}
-        if finish is not None:
+        if finish is not None and index == len(self.choices) - 1:
             extra["fucina"] = self.info()
+        lp = self._logprobs(logprobs)
         if self.call.endpoint == CHAT:
             delta = {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
             body: BaseModel = t.ChatCompletionChunk(**self.head(), choices=[
-                t.ChatChunkChoice(delta=delta, finish_reason=finish)], **extra)
+                t.ChatChunkChoice(index=index, delta=delta, finish_reason=finish, logprobs=lp)], **extra)
         else:
-            body = t.CompletionResponse(**self.head(), choices=[t.CompletionChoice(text=text or "", finish_reason=finish)],
-                                        **extra)
+            body = t.CompletionResponse(**self.head(), choices=[
+                t.CompletionChoice(text=text or "", index=index, finish_reason=finish, logprobs=lp)], **extra)
         return sse_line(body, self.call.request.include_usage)
 
     def usage_chunk(self) -> str:
@@ -140,13 +198,14 @@ class Record:
         if self.done:
             return
         self.done = True
-        state, last = self.state, self.last
+        state, totals = self.state, self.totals()
         state.metrics.request(self.call.endpoint, status)
-        if last is None or last.usage is None:
+        if totals is None:
             log.info("%s %d after %.0f ms (%s)", self.call.endpoint, status, 1e3 * (time.perf_counter() - self.t0),
                      note[:200] or ("client gone" if status == CLIENT_CLOSED else "no output"))
             return
-        u, tm, s = last.usage, last.timings, last.stats
+        u, tm, s = totals
+        finish = ",".join(c.last.finish_reason for c in self.choices if c.last is not None)
         drafted, accepted = (s.drafted, s.accepted) if s is not None else (0, 0)
         state.metrics.generation(prompt=u.prompt_tokens, cached=u.cached_tokens, completion=u.completion_tokens,
                                  drafted=drafted, accepted=accepted, ttft=tm.first_token_seconds,
@@ -155,22 +214,30 @@ class Record:
         acc = f" ({100 * s.acceptance:.0f}% acc)" if s is not None and s.drafted else ""
         log.info("%s %d prompt=%d cached=%d completion=%d finish=%s queue=%.0fms ttft=%.0fms %.1f tok/s "
                  "drafted=%d accepted=%d%s stream=%s", self.call.endpoint, status, u.prompt_tokens, u.cached_tokens,
-                 u.completion_tokens, last.finish_reason, 1e3 * self.job.queue_seconds, 1e3 * tm.first_token_seconds,
+                 u.completion_tokens, finish, 1e3 * self.job.queue_seconds, 1e3 * tm.first_token_seconds,
                  tm.tokens_per_second, drafted, accepted, acc, bool(self.call.request.stream))
 
 
 async def event_stream(record: Record) -> AsyncIterator[str]:
-    """The event stream: role (chat), deltas, the finish reason, usage (if asked), ``[DONE]``."""
-    job = record.job
-    if record.call.endpoint == CHAT:
+    """The event stream: per choice (one after another, each chunk with its ``index``) the role (chat),
+    the deltas and the finish reason; then usage (if asked) and ``[DONE]``."""
+    job, chat, last = record.job, record.call.endpoint == CHAT, len(record.choices) - 1
+    if chat:
+        record.choices[0].announced = True
         yield record.chunk(role=True)
     while True:
         event = await job.channel.get()
         kind, payload = event
         if kind == "chunk":
-            record.add(payload)
-            if payload.text:
-                yield record.chunk(payload.text)
+            i, chunk = payload.index, payload.chunk
+            if chat and not record.choices[i].announced:
+                record.choices[i].announced = True
+                yield record.chunk(index=i, role=True)
+            shown = record.add(payload)
+            if chunk.text:
+                yield record.chunk(chunk.text, index=i, logprobs=shown)
+            if chunk.finish_reason is not None and i < last:
+                yield record.chunk(index=i, finish=chunk.finish_reason)
         elif kind == "done":
             break
         else:
@@ -178,7 +245,7 @@ async def event_stream(record: Record) -> AsyncIterator[str]:
             record.finish(err.status, err.message)
             yield f"data: {json.dumps(err.body())}\n\n"
             return
-    yield record.chunk(finish=record.last.finish_reason)
+    yield record.chunk(index=last, finish=record.last.finish_reason)
     if record.call.request.include_usage:
         yield record.usage_chunk()
     record.finish(200)  # the answer is complete
@@ -198,6 +265,26 @@ class EventStream(StreamingResponse):
         finally:
             self._record.job.cancel()
             self._record.finish(CLIENT_CLOSED)  # a no-op when the stream ended normally
+
+
+def _merged_stats(reports: list[SpeculationReport | None]) -> SpeculationReport | None:
+    """One report of several generations: counters and per-source tokens summed, the last policy state."""
+    if not reports or reports[0] is None:
+        return None
+    if len(reports) == 1:
+        return reports[0]
+    rs = [r for r in reports if r is not None]
+    sources: dict[str, list[int]] = {}
+    for r in rs:
+        for src in r.sources:
+            acc = sources.setdefault(src.name, [0, 0])
+            acc[0] += src.drafted
+            acc[1] += src.accepted
+    return SpeculationReport(
+        sum(r.steps for r in rs), sum(r.verifies for r in rs), sum(r.drafted for r in rs),
+        sum(r.accepted for r in rs), sum(r.committed for r in rs), rs[-1].policy,
+        tuple(SourceReport(name, d, a) for name, (d, a) in sources.items()), rs[0].level,
+        source_fault=next((r.source_fault for r in rs if r.source_fault is not None), None))
 
 
 def sse_line(body: BaseModel, include_usage: bool) -> str:

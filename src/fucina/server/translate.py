@@ -4,6 +4,10 @@
 server's limits and defaults (absent sampling fields take OpenAI's values, a missing seed is drawn
 and reported back), maps the prediction and ``fucina.references`` to reference documents, and
 gives speculation the tenant's own cross-request store. Nothing here touches HTTP.
+
+A request for ``n`` choices runs them one after another in the one job: choice ``i`` is the call of
+``n=1`` with seed ``(seed + i) mod 2**63``; a greedy request decodes once and repeats that answer
+(:class:`ChoiceChunk` says which choice a chunk belongs to, and whether it is such a copy).
 """
 
 from __future__ import annotations
@@ -22,10 +26,25 @@ from fucina.server.errors import APIError, from_validation, model_not_found
 from fucina.server.settings import ServerSettings
 from fucina.server.state import ServerState
 
-__all__ = ["CHAT", "COMPLETIONS", "LLMCall", "translate_request"]
+__all__ = ["CHAT", "COMPLETIONS", "ChoiceChunk", "LLMCall", "choice_seed", "translate_request"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+
+
+@dataclass(frozen=True)
+class ChoiceChunk:
+    """One chunk (a :class:`fucina.results.CompletionChunk`) of choice ``index``; ``copy``: it repeats
+    choice 0's chunk of a greedy request (no generation ran for it)."""
+
+    index: int
+    chunk: Any
+    copy: bool = False
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed choice ``index`` samples with: ``(seed + index) mod 2**63``."""
+    return (seed + index) % (t.MAX_SEED + 1)
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,10 @@ class LLMCall:
     id: str
     #: The request asked for per-source stats (``"fucina": {"stats": true}``).
     stats: bool = False
+    #: Choices (``n``), run one after another.
+    n: int = 1
+    #: Alternatives per token when the request asked for logprobs (None: it did not).
+    logprobs: int | None = None
 
 
 def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *, tenant: str) -> LLMCall:
@@ -58,6 +81,7 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
     if req.model is not None and req.model != state.model_id:
         raise model_not_found(req.model, state.model_id)
     llm = state.llm
+    n, alternatives = _choices(endpoint, req)
     max_tokens, defaulted = _token_budget(endpoint, req, state.settings)
     seed = req.seed if req.seed is not None else secrets.randbelow(t.MAX_SEED + 1)
     options: dict[str, Any] = dict(
@@ -73,6 +97,7 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         seed=seed,
         stop=list(req.stop) if req.stop else None,
         stream=True,
+        logprobs=alternatives,
     )
     ext = req.fucina
     speculative = llm.speculative
@@ -107,18 +132,56 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         def run(**kw: Any) -> Iterator[Any]:
             return llm.complete(prompt, **kw)
 
-    def start() -> Iterator[Any]:
+    def run_choice(index: int) -> Iterator[Any]:
+        kw = {**options, "seed": choice_seed(seed, index)}
         try:
-            return run(**options)
+            return run(**kw)
         except ContextLengthExceeded:
-            if not defaulted or options["max_tokens"] is None:
+            if not defaulted or kw["max_tokens"] is None:
                 raise
             # The budget was ours, not the client's: generate up to the end of the context instead.
-            return run(**{**options, "max_tokens": None})
+            return run(**{**kw, "max_tokens": None})
+
+    def start() -> Iterator[ChoiceChunk]:
+        first = run_choice(0)  # here, so that an invalid request fails before the job reports "started"
+        return _run_choices(first, run_choice, n, greedy=options["temperature"] <= 0)
 
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
-                   stats=bool(ext is not None and ext.stats))
+                   stats=bool(ext is not None and ext.stats), n=n, logprobs=alternatives)
+
+
+def _run_choices(first: Iterator[Any], run_choice: Callable[[int], Iterator[Any]], n: int, *,
+                 greedy: bool) -> Iterator[ChoiceChunk]:
+    """The chunks of choices 0..n-1, one choice after another (a greedy answer is decoded once)."""
+    seen: list[Any] = []
+    for index in range(n):
+        if index and greedy:
+            for chunk in seen:
+                yield ChoiceChunk(index, chunk, copy=True)
+            continue
+        chunks = first if index == 0 else run_choice(index)
+        try:
+            for chunk in chunks:
+                if greedy:
+                    seen.append(chunk)
+                yield ChoiceChunk(index, chunk)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # a cancelled job ends the running generation now, not at garbage collection
+
+
+def _choices(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest) -> tuple[int, int | None]:
+    """The request's choice count and alternatives per token (None: no logprobs); 400 for what
+    disagrees (``best_of`` other than 1 or ``n``, ``top_logprobs`` without ``logprobs``)."""
+    n = req.n or 1
+    if endpoint == COMPLETIONS and req.best_of not in (None, 1, n):
+        raise APIError(400, f"best_of={req.best_of} is not supported by this server: only 1 or n (every "
+                       "candidate is returned)", param="best_of", code="unsupported_parameter")
+    if endpoint == CHAT and req.top_logprobs and not req.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    return n, req.alternatives
 
 
 def _grammar(fmt: t.ResponseFormat) -> Grammar:

@@ -2,8 +2,16 @@
 
 Requests are validated strictly (``"temperature": "0.5"`` is a 400, not a silent conversion) with
 bounded fields; unknown extra fields are ignored. Fields that exist in the OpenAI API but would
-change the answer fucina gives (``n > 1``, ``logprobs``, ``tools`` ...) are declared only to be
-refused with a 400 naming them: none is ever silently ignored.
+change the answer fucina gives (``tools``, ``logit_bias`` ...) are declared only to be refused with a
+400 naming them: none is ever silently ignored.
+
+``n`` (1..:data:`MAX_N`) choices run one after another on the one model: choice ``i`` samples with
+seed ``(seed + i) mod 2**63`` (when the request has no seed, the drawn one is offset the same way), so
+each choice is what a request of ``n=1`` with that seed answers; a greedy request (``temperature=0``)
+decodes once and repeats the answer. ``best_of`` is accepted only as 1 or equal to ``n``.
+``logprobs`` are those of the model's raw distribution (before penalties, temperature and the cuts:
+:mod:`fucina.logprobs`): chat takes ``logprobs: true`` with ``top_logprobs`` 0..20, completions
+``logprobs`` 0..5 (the chosen token is added to each ``top_logprobs`` dict, as OpenAI does).
 
 Sampling defaults when a field is absent (or null) are OpenAI's: ``temperature=1``, ``top_p=1``;
 the extensions ``top_k`` and ``min_p`` are off (0), ``repeat_penalty`` is 1 (off) and
@@ -34,6 +42,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from fucina.server.logprob_bodies import ChoiceLogprobs, CompletionLogprobs
+
 #: Longest text field (characters); the body limit (ServerSettings.max_body_bytes) binds first.
 MAX_TEXT = 1 << 20
 MAX_MESSAGES = 4096
@@ -43,6 +53,11 @@ MAX_STOP_CHARS = 512
 MAX_INT = 2**31 - 1
 MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 1 << 20
+#: Most choices per request (they run one after another).
+MAX_N = 16
+#: Most alternatives per token: chat's ``top_logprobs`` (fucina.LLM's limit, 20), legacy completions' ``logprobs``.
+from fucina.logprobs import MAX_TOP_LOGPROBS  # noqa: E402
+MAX_COMPLETION_LOGPROBS = 5
 #: Reference documents per request, the prediction included (fucina.LLM's limit).
 from fucina.speculative.index import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
 #: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
@@ -119,8 +134,7 @@ class ChatMessage(_Body):
 def _check_unsupported(name: str, value: Any) -> Any:
     """Refuse a value that would change the answer; the neutral values pass."""
     neutral = {
-        "n": (None, 1), "best_of": (None, 1),
-        "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+        "echo": (None, False), "suffix": (None, ""),
         "tool_choice": (None, "none"), "function_call": (None, "none"), "audio": (None,),
     }
     if name in ("tools", "functions", "logit_bias"):
@@ -133,9 +147,17 @@ def _check_unsupported(name: str, value: Any) -> Any:
         raise unsupported(name, "only ['text']")
     if any(value is v or (type(value) is type(v) and value == v) for v in neutral[name]):
         return value
-    if name in ("n", "best_of"):
-        raise unsupported(f"{name}={value!r}" if isinstance(value, int) else name, "only 1 choice per request")
     raise unsupported(name)
+
+
+def _count(v: Any, field: str, lo: int, hi: int, what: str) -> Optional[int]:
+    """An optional integer field in ``lo..hi`` (null: absent), with a message naming the range."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise PydanticCustomError("out_of_range", "{field} must be an integer from {lo} to {hi} ({what}), got {v}",
+                                  {"field": field, "lo": lo, "hi": hi, "what": what, "v": repr(v)[:40]})
+    return v
 
 
 def _prediction_text(v: Any) -> Optional[str]:
@@ -238,9 +260,9 @@ class _Sampling(_Body):
     fucina: Optional[FucinaOptions] = None
     #: A :class:`ResponseFormat` after validation (None: plain text); completions take it too, as llama-server.
     response_format: Any = None
-    # Declared only to be refused unless neutral.
+    #: Choices, run one after another (see the module docstring).
     n: Any = None
-    logprobs: Any = None
+    # Declared only to be refused unless neutral.
     logit_bias: Any = None
 
     @field_validator("stop", mode="before")
@@ -267,7 +289,7 @@ class _Sampling(_Body):
                                       {"m": MIN_TEMPERATURE})
         return v
 
-    @field_validator("n", "logprobs", "logit_bias", mode="before")
+    @field_validator("logit_bias", mode="before")
     @classmethod
     def _refuse(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
@@ -276,6 +298,11 @@ class _Sampling(_Body):
     @classmethod
     def _response_format(cls, v: Any) -> Optional[ResponseFormat]:
         return response_format(v)
+
+    @field_validator("n", mode="before")
+    @classmethod
+    def _n(cls, v: Any) -> Optional[int]:
+        return _count(v, "n", 1, MAX_N, "choices per request (they run one after another)")
 
     @field_validator("prediction", mode="before")
     @classmethod
@@ -298,6 +325,7 @@ class ChatCompletionRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
+    logprobs: Optional[bool] = None
     top_logprobs: Any = None
     tools: Any = None
     tool_choice: Any = None
@@ -306,25 +334,52 @@ class ChatCompletionRequest(_Sampling):
     audio: Any = None
     modalities: Any = None
 
-    @field_validator("top_logprobs", "tools", "tool_choice", "functions", "function_call",
+    @field_validator("tools", "tool_choice", "functions", "function_call",
                      "audio", "modalities", mode="before")
     @classmethod
     def _refuse_chat(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
 
+    @field_validator("top_logprobs", mode="before")
+    @classmethod
+    def _top_logprobs(cls, v: Any) -> Optional[int]:
+        return _count(v, "top_logprobs", 0, MAX_TOP_LOGPROBS, "most likely tokens per position")
+
+    @property
+    def alternatives(self) -> Optional[int]:
+        """Alternatives per token for ``fucina.LLM`` (None: no logprobs)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``."""
 
     prompt: Any
+    logprobs: Any = None
     best_of: Any = None
     echo: Any = None
     suffix: Any = None
 
-    @field_validator("best_of", "echo", "suffix", mode="before")
+    @field_validator("echo", "suffix", mode="before")
     @classmethod
     def _refuse_completion(cls, v: Any, info) -> Any:
         return _check_unsupported(info.field_name, v)
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _logprobs(cls, v: Any) -> Optional[int]:
+        if v is False:  # what some clients send for "off"
+            return None
+        return _count(v, "logprobs", 0, MAX_COMPLETION_LOGPROBS, "most likely tokens per position")
+
+    @field_validator("best_of", mode="before")
+    @classmethod
+    def _best_of(cls, v: Any) -> Optional[int]:
+        return _count(v, "best_of", 1, MAX_N, "candidates per request")
+
+    @property
+    def alternatives(self) -> Optional[int]:
+        """Alternatives per token for ``fucina.LLM`` (None: no logprobs)."""
+        return self.logprobs
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -414,7 +469,7 @@ class ChatChoice(_Out):
     index: int = 0
     message: AssistantMessage
     finish_reason: FinishReason
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ChatCompletionResponse(_Out):
@@ -433,7 +488,7 @@ class ChatChunkChoice(_Out):
     #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}``, ``{}`` at the end.
     delta: dict[str, str]
     finish_reason: Optional[FinishReason] = None
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ChatCompletionChunk(_Out):
@@ -450,7 +505,7 @@ class ChatCompletionChunk(_Out):
 class CompletionChoice(_Out):
     text: str
     index: int = 0
-    logprobs: None = None
+    logprobs: Optional[CompletionLogprobs] = None
     finish_reason: Optional[FinishReason] = None
 
 

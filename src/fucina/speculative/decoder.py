@@ -268,6 +268,11 @@ class SpeculativeDecoder(CommittedStream):
         return committed
 
     def _sample(self, row: np.ndarray) -> int:
+        """The sampler's pick on ``row``. Every row sampled here is committed (obligation 1: rows past
+        the first mismatch are never sampled), so ``commit_hook`` sees exactly the committed tokens."""
         if self.row_hook is not None:
             self.row_hook(row, len(self.history), self.history)
-        return int(self.sampler.sample(row, self.history))
+        t = int(self.sampler.sample(row, self.history))
+        if self.commit_hook is not None:
+            self.commit_hook(row, t)
+        return t
