@@ -42,6 +42,8 @@ class LLMCall:
     id: str
     #: The request asked for per-source stats (``"fucina": {"stats": true}``).
     stats: bool = False
+    #: The model name the response reports: the request's own (one of the served names) or the server's id.
+    model: str = ""
 
 
 def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *, tenant: str) -> LLMCall:
@@ -54,8 +56,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         req = model_cls.model_validate(body)
     except ValidationError as exc:
         raise from_validation(exc.errors(include_url=False)) from None
-    if req.model is not None and req.model != state.model_id:
-        raise model_not_found(req.model, state.model_id)
+    if req.model is not None and not state.serves(req.model):
+        raise model_not_found(req.model, state.model_ids)
     llm = state.llm
     max_tokens, defaulted = _token_budget(endpoint, req, state.settings)
     seed = req.seed if req.seed is not None else secrets.randbelow(t.MAX_SEED + 1)
@@ -115,7 +117,7 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
 
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
-                   stats=bool(ext is not None and ext.stats))
+                   stats=bool(ext is not None and ext.stats), model=req.model or state.model_id)
 
 
 def _token_budget(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest,
