@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index-dir", metavar="DIR",
                    help="persist the cross-request indexes in DIR across restarts (needs --cross-request-tokens)")
     p.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
-                   help="names requests may give as `model` (the first is the id responses report); the "
-                        "model's own name stays accepted. Default: the model's short name or file stem")
+                   help="names requests may give as `model` (the first is the id responses report; give MODEL "
+                        "before this flag); the model's own name stays accepted. Default: its short name or file stem")
     p.set_defaults(handler=run)
 
 
