@@ -344,3 +344,33 @@ def test_a_conversation_learns_in_the_llms_acceptance_model():
     # Other decoder options: the conversation learns apart, from the priors.
     own = llm.conversation(max_tokens=16, spec_options=SpecOptions())
     assert own.decoder.policy.model is not shared
+
+
+def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_snapshots(monkeypatch):
+    import fucina.catalog
+    from fucina.prefix_cache import PrefixCache
+
+    seen = []
+
+    def load(model, **options):
+        seen.append(options)
+        return FakeModel(context_length=options["n_ctx"] or 8192)
+
+    monkeypatch.setattr(fucina.catalog, "load_model", load)
+    llm = LLM("some-model", speculative=False, progress=False)
+    assert seen[-1]["n_ctx"] is None and seen[-1]["reserve_bytes"] == PrefixCache.max_bytes
+    assert llm.context_length == 8192
+    LLM("some-model", n_ctx=2048, speculative=False, progress=False)
+    assert seen[-1]["n_ctx"] == 2048 and seen[-1]["reserve_bytes"] == 0  # a named size is used as given
+    c = make_llm(ctx=1024).context_choice  # a model object: its own context, as its maker asked
+    assert (c.n_ctx, c.reason) == (1024, "requested")
+
+
+def test_context_length_exceeded_carries_the_numbers():
+    llm = make_llm(ctx=64)
+    with pytest.raises(ContextLengthExceeded) as exc:
+        llm.complete("hello", max_tokens=100)
+    assert (exc.value.n_ctx, exc.value.prompt_tokens, exc.value.max_tokens, exc.value.param) == (64, 6, 100, "max_tokens")
+    with pytest.raises(ContextLengthExceeded) as exc:
+        llm.complete("x" * 80, max_tokens=None)
+    assert (exc.value.n_ctx, exc.value.prompt_tokens, exc.value.max_tokens, exc.value.param) == (64, 81, None, "prompt")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 
 from fucina.call_settings import CallSettings, Message, Prompt, call_settings, chat_messages, prompt_ids
+from fucina.context_size import ContextChoice, requested_context
 from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
 from fucina.plain import PlainDecoder
 from fucina.prefix_cache import PrefixCache
@@ -59,7 +60,9 @@ class LLM:
             file, or an already loaded model object (anything with the
             :class:`fucina.model_protocol.Model` shape, e.g. :class:`fucina.backends.fake.FakeModel`).
         speculative: the default of every call (each call may override it).
-        n_ctx: context length in tokens.
+        n_ctx: context length in tokens. Default (None): the context the model was trained on,
+            capped by what this machine's memory holds (:mod:`fucina.context_size`;
+            :attr:`context_choice` says which and why). Ignored for an already loaded model.
         n_threads: CPU threads (default: every core this process may use).
         exact: load in batch-invariant mode (no CPU weight repacking) and cap drafts where the
             engine stays bitwise (see ``fucina doctor``). Default (None): on when this process
@@ -88,7 +91,7 @@ class LLM:
         model: Union[str, os.PathLike, Any, None] = None,
         *,
         speculative: bool = True,
-        n_ctx: int = 4096,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         exact: bool | None = None,
         repack: bool | None = None,
@@ -124,8 +127,10 @@ class LLM:
         else:
             from fucina.catalog import load_model, model_id
 
+            # A chosen context leaves room for the prefix snapshots the LLM keeps beside the KV cache.
             self.model = load_model(None if model is None else str(model), n_ctx=n_ctx, n_threads=n_threads,
-                                    use_extra_bufts=False if exact else repack)
+                                    use_extra_bufts=False if exact else repack,
+                                    reserve_bytes=PrefixCache.max_bytes if n_ctx is None else 0)
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
@@ -269,6 +274,12 @@ class LLM:
         return int(self.model.context_length)
 
     @property
+    def context_choice(self) -> ContextChoice:
+        """The context the model runs with and why (the model's trained context, a memory cap, or asked for)."""
+        choice = getattr(self.model, "context_choice", None)
+        return choice if choice is not None else requested_context(self.context_length)
+
+    @property
     def level(self) -> str:
         """``"exact"`` or ``"distribution"``: the losslessness level speculation holds here.
 
@@ -328,7 +339,8 @@ class LLM:
             what = f" + max_tokens {req.max_tokens}" if req.max_tokens else " + 1 generated token"
             raise ContextLengthExceeded(
                 f"the prompt's {len(prompt)} tokens{what} exceed the model's context of {n_ctx} tokens",
-                param="max_tokens" if req.max_tokens and len(prompt) < n_ctx else "prompt")
+                param="max_tokens" if req.max_tokens and len(prompt) < n_ctx else "prompt",
+                n_ctx=n_ctx, prompt_tokens=len(prompt), max_tokens=req.max_tokens or None)
 
     # -- speculation setup -----------------------------------------------------------------------
 

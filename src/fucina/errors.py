@@ -106,7 +106,18 @@ class SpeculationDisabled(FucinaError):
 
 
 class ContextLengthExceeded(InvalidArgument):
-    """The prompt plus the requested ``max_tokens`` cannot fit in the model's context."""
+    """The prompt plus the requested ``max_tokens`` cannot fit in the model's context.
+
+    ``n_ctx`` is the context, ``prompt_tokens`` the prompt's length and ``max_tokens`` the tokens
+    asked for (None: none were, and even one generated token does not fit).
+    """
+
+    def __init__(self, *args: object, param: str | None = None, n_ctx: int = 0, prompt_tokens: int = 0,
+                 max_tokens: int | None = None) -> None:
+        super().__init__(*args, param=param)
+        self.n_ctx = n_ctx
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
 
 
 class ConversationDesync(FucinaError):

@@ -132,3 +132,54 @@ def test_a_prompt_prefilled_whole_in_parts_or_token_by_token_gives_the_same_rows
     model.reset()
     one_by_one = np.stack([np.array(model.forward_step([t]), copy=True) for t in prompt])
     assert one_by_one.tobytes() == whole.tobytes()
+
+
+# -- the context a model is loaded with ---------------------------------------------------------------
+
+def test_options_leave_the_context_to_the_load():
+    o = LlamaOptions()
+    assert o.n_ctx is None and o.n_batch is None and o.reserve_bytes == 0
+    assert LlamaOptions(n_ctx=128).n_batch == 128
+    for bad in ({"n_ctx": 8}, {"n_ctx": 0}, {"n_ctx": 2048.0}, {"reserve_bytes": -1}, {"n_batch": 0}):
+        with pytest.raises(InvalidOption) as exc:
+            LlamaOptions(**bad)
+        assert exc.value.param == next(iter(bad))
+
+
+def test_kv_layout_and_metadata(gemma, smollm):
+    from fucina.context_size import KvLayout
+
+    assert smollm.metadata("general.architecture") == "llama"
+    assert smollm.metadata("llama.context_length") == "8192" and smollm.n_ctx_train == 8192
+    assert smollm.metadata("no.such.key") is None
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64 (K and V), 9 query heads: 22.5 KiB of f16 KV cache a token.
+    assert smollm.kv_layout() == KvLayout(n_layer=30, n_embd_k_gqa=192, n_embd_v_gqa=192, n_head=9)
+    assert smollm.kv_layout().kv_bytes_per_token * 8192 == 180 * 2**20  # llama.cpp's "KV buffer size = 180 MiB"
+    # Gemma 3 270M: 18 layers, one KV head of 256 (every layer full size: swa_full), 4 query heads.
+    assert gemma.kv_layout() == KvLayout(n_layer=18, n_embd_k_gqa=256, n_embd_v_gqa=256, n_head=4)
+    assert gemma.n_ctx_train == 32768
+    # The fixtures name their context.
+    assert (smollm.context_choice.reason, smollm.context_choice.n_ctx, smollm.context_length) == ("requested", 2048, 2048)
+
+
+def test_the_default_context_is_the_trained_one_capped_by_memory(monkeypatch):
+    import fucina.backends.llama_cpp as backend
+    from fucina.catalog import load_model
+
+    monkeypatch.setattr(backend, "mem_available_bytes", lambda: 64 * 2**30)
+    m = load_model("smollm2-135m", n_threads=1)
+    try:
+        assert (m.context_choice.reason, m.context_length, m.options.n_ctx) == ("trained", 8192, 8192)
+        assert m.options.n_batch == 512
+    finally:
+        m.close()
+    monkeypatch.setattr(backend, "mem_available_bytes", lambda: 600 * 2**20)
+    m = load_model("smollm2-135m", n_threads=1)
+    try:
+        c = m.context_choice
+        assert c.reason == "memory" and 512 <= c.n_ctx < 8192 and c.n_ctx % 256 == 0
+        assert m.context_length == c.n_ctx and c.trained == 8192
+        assert c.n_ctx * c.bytes_per_token <= c.budget_bytes
+        m.forward_step(m.tokenize("Hello"))  # the capped context runs
+    finally:
+        m.close()

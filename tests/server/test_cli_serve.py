@@ -98,3 +98,50 @@ def test_run_logs_one_startup_line_and_serves(monkeypatch, caplog):
     assert "http://127.0.0.1:" in lines[0] and "/v1 model=fake level=exact speculation=on" in lines[0]
     assert "(API key required)" in lines[0] and port is None  # the socket was closed after serving
     assert seen["spec"] is True and seen["app"].state.fucina.settings.api_keys == ("k",)
+
+
+def test_the_context_defaults_to_the_models_and_a_bad_ctx_is_one_line(capsys):
+    from fucina.cli import main
+
+    assert parse().ctx is None  # the model's trained context, capped by memory
+    assert parse("--ctx", "2048").ctx == 2048
+    for bad in ("0", "8", "-5", "lots"):
+        with pytest.raises(CliError) as exc:
+            parse("--ctx", bad)
+        assert "--ctx" in str(exc.value) and "\n" not in str(exc.value)
+        assert main(["serve", "--ctx", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--ctx" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_engine_measuring_commands_keep_a_short_context():
+    from fucina.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["calibrate"]).ctx == 4096 and p.parse_args(["doctor"]).ctx == 4096
+    assert p.parse_args(["generate", "--prompt", "x"]).ctx is None and p.parse_args(["chat"]).ctx is None
+
+
+def test_served_model_names_flag():
+    assert parse().served_model_name == [] and serve_cli.settings_from_args(parse()).served_model_names == ()
+    s = serve_cli.settings_from_args(parse("--served-model-name", "gpt-4o-mini", "local", "--port", "0"))
+    assert s.served_model_names == ("gpt-4o-mini", "local")
+    with pytest.raises(CliError, match="served"):
+        serve_cli.settings_from_args(parse("--served-model-name", " padded"))
+    with pytest.raises(CliError):
+        parse("--served-model-name")  # at least one name
+
+
+def test_run_logs_the_context_and_the_served_names(monkeypatch, caplog):
+    import uvicorn
+
+    llm = make_llm()
+    monkeypatch.setattr(serve_cli, "llm_from_args", lambda args, speculative: llm)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    with caplog.at_level(logging.INFO, logger="fucina.server"):
+        assert serve_cli.run(parse("--port", "0", "--served-model-name", "a", "b")) == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if m.startswith("context ")] == [f"context {llm.context_choice.describe()}"]
+    assert "context 4096 tokens (as requested" in said[said.index(f"context {llm.context_choice.describe()}")]
+    assert "served model names: a, b, fake" in said
+    assert any("model=a " in m for m in said if m.startswith("fucina serve:"))

@@ -10,13 +10,14 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from fucina import cpu
+from fucina.context_size import ContextChoice, KvLayout, choose_context, mem_available_bytes, requested_context
 from fucina.engine_selection import activate, exact_by_default, require_selected
 from fucina.errors import ContextOverflow, DecodeError, InvalidOption, ModelLoadError, NotRewindable
 
@@ -68,9 +69,13 @@ class LlamaOptions:
     :func:`fucina.cpu.default_extra_bufts`: off on the patched engine (:mod:`fucina.engine_selection`)
     and on a CPU with AMX (llama.cpp's AMX buffer type crashes), on otherwise. ``True`` or ``False``
     is an explicit choice and is kept as given.
+
+    ``n_ctx=None`` (the default) is chosen at load by :func:`fucina.context_size.choose_context`: the
+    model's trained context, capped by what this machine's memory holds (``reserve_bytes`` is what the
+    caller keeps beside the KV cache, e.g. prefix snapshots); the model's ``context_choice`` says why.
     """
 
-    n_ctx: int = 4096
+    n_ctx: int | None = None
     #: Tokens per llama_decode call; None = min(512, n_ctx) (a batch never exceeds the context).
     n_batch: int | None = None
     n_threads: int | None = None
@@ -79,16 +84,24 @@ class LlamaOptions:
     #: Full-size sliding-window cache (Gemma 3): rewinds need the rows a pruned SWA cache drops.
     swa_full: bool = True
     verbose: bool = False
+    #: Bytes the caller holds beside the KV cache, left free when ``n_ctx`` is chosen (None).
+    reserve_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.use_extra_bufts is None:
             object.__setattr__(self, "use_extra_bufts", cpu.default_extra_bufts(exact_engine=exact_by_default()))
-        if self.n_ctx < 16:
-            raise InvalidOption(f"n_ctx must be >= 16, got {self.n_ctx}")
-        if self.n_batch is None:
-            object.__setattr__(self, "n_batch", min(512, self.n_ctx))
-        if not 1 <= self.n_batch <= self.n_ctx:
-            raise InvalidOption(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}")
+        if self.n_ctx is not None:
+            if isinstance(self.n_ctx, bool) or not isinstance(self.n_ctx, int) or self.n_ctx < 16:
+                raise InvalidOption(f"n_ctx must be a whole number >= 16 or None, got {self.n_ctx!r}", param="n_ctx")
+            if self.n_batch is None:
+                object.__setattr__(self, "n_batch", min(512, self.n_ctx))
+            if not 1 <= self.n_batch <= self.n_ctx:
+                raise InvalidOption(f"n_batch must be in [1, n_ctx={self.n_ctx}], got {self.n_batch}", param="n_batch")
+        elif self.n_batch is not None and self.n_batch < 1:
+            raise InvalidOption(f"n_batch must be >= 1, got {self.n_batch}", param="n_batch")
+        if isinstance(self.reserve_bytes, bool) or not isinstance(self.reserve_bytes, int) or self.reserve_bytes < 0:
+            raise InvalidOption(f"reserve_bytes must be a whole number >= 0, got {self.reserve_bytes!r}",
+                                param="reserve_bytes")
         if self.n_threads is not None and self.n_threads < 1:
             raise InvalidOption(f"n_threads must be >= 1, got {self.n_threads}")
 
@@ -183,6 +196,29 @@ class LlamaVocab:
             n = _ll.llama_chat_apply_template(tmpl.encode(), arr, len(messages), add_assistant, buf, n)
         return buf.raw[:n].decode("utf-8", "replace")
 
+    def metadata(self, key: str) -> str | None:
+        """The GGUF metadata value of ``key`` as text (e.g. ``general.architecture``), None when absent."""
+        buf = ctypes.create_string_buffer(256)
+        n = _ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            _ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def kv_layout(self) -> KvLayout:
+        """The KV cache's shape per token (layers, K and V widths, heads; f16), from the model's metadata."""
+        arch = self.metadata("general.architecture") or ""
+        n_embd = int(_ll.llama_model_n_embd(self._model))
+        n_head = int(_ll.llama_model_n_head(self._model))
+        n_head_kv = int(_ll.llama_model_n_head_kv(self._model))
+        head = n_embd // n_head if n_head else 0
+        key_length = _int_or(self.metadata(f"{arch}.attention.key_length"), head)
+        value_length = _int_or(self.metadata(f"{arch}.attention.value_length"), head)
+        return KvLayout(n_layer=int(_ll.llama_model_n_layer(self._model)), n_embd_k_gqa=key_length * n_head_kv,
+                        n_embd_v_gqa=value_length * n_head_kv, n_head=n_head)
+
     def close(self) -> None:
         if getattr(self, "_model", None):
             _ll.llama_model_free(self._model)
@@ -204,6 +240,15 @@ class LlamaModel(LlamaVocab):
         mparams.use_extra_bufts = opts.use_extra_bufts
         super().__init__(path, vocab_only=False, verbose=opts.verbose, _model_params=mparams)
         self.rewindable = not (_ll.llama_model_is_recurrent(self._model) or _ll.llama_model_is_hybrid(self._model))
+        #: The context the model was trained on (GGUF ``<arch>.context_length``).
+        self.n_ctx_train: int = _ll.llama_model_n_ctx_train(self._model)
+        #: The context this model runs with and why (:class:`fucina.context_size.ContextChoice`).
+        try:
+            self.context_choice: ContextChoice = self._choose_context(opts)
+            self.options = opts = replace(opts, n_ctx=self.context_choice.n_ctx)
+        except BaseException:
+            self.close()
+            raise
         self.n_threads = opts.n_threads or default_threads()
         cparams = _ll.llama_context_default_params()
         cparams.n_ctx = opts.n_ctx
@@ -221,10 +266,23 @@ class LlamaModel(LlamaVocab):
             self.close()
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path} (n_ctx={opts.n_ctx})")
         self.context_length: int = _ll.llama_n_ctx(self._ctx)
-        self.n_ctx_train: int = _ll.llama_model_n_ctx_train(self._model)
         self._mem = _ll.llama_get_memory(self._ctx)
         self._batch = _ll.llama_batch_init(opts.n_batch, 0, 1)
         self._n = 0
+
+    def _choose_context(self, opts: LlamaOptions) -> ContextChoice:
+        try:
+            layout: KvLayout | None = self.kv_layout()
+        except (InvalidOption, ValueError):  # pragma: no cover - metadata llama.cpp itself loaded
+            layout = None
+        n_batch = opts.n_batch or 512
+        if opts.n_ctx is not None:
+            return requested_context(opts.n_ctx, trained=self.n_ctx_train, layout=layout, n_batch=min(n_batch, opts.n_ctx))
+        # llama.cpp's compute buffer also holds a whole batch's logits rows (f32), whatever the context.
+        logits = self.vocab_size * n_batch * 4
+        return choose_context(trained=self.n_ctx_train, layout=layout, mem_available=mem_available_bytes(),
+                              weights_bytes=self.path.stat().st_size, reserve_bytes=opts.reserve_bytes + logits,
+                              n_batch=n_batch)
 
     # -- cache -------------------------------------------------------------------------------
     @property
@@ -337,6 +395,13 @@ class LlamaModel(LlamaVocab):
             _ll.llama_free(self._ctx)
             self._ctx = None
         super().close()
+
+
+def _int_or(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
 
 
 def system_info() -> str:

@@ -14,7 +14,7 @@ from fucina.cli.common import CliError, add_model_args, load_model_from_args, po
 def register(sub: argparse._SubParsersAction) -> None:
     sb = sub.add_parser("calibrate", aliases=["spec-bench"],
                         help="measure the verify cost table of a model on this machine")
-    add_model_args(sb)
+    add_model_args(sb, default_ctx=4096)  # measuring the engine needs no long context
     sb.add_argument("--repeats", type=positive_int, default=5)
     sb.add_argument("--max-n", type=positive_int, default=32, help="largest forward measured (>= 2)")
     sb.add_argument("--out", help="also write the table as JSON here")

@@ -41,13 +41,35 @@ def positive_int(text: str) -> int:
     return v
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """MODEL, --threads, --ctx, --exact/--no-exact, --repack/--no-repack."""
+#: The shortest context a model can be loaded with.
+MIN_CTX = 16
+
+
+def context_tokens(text: str) -> int:
+    """An argparse type: a context length, a whole number >= 16."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {text!r}") from None
+    if v < MIN_CTX:
+        raise argparse.ArgumentTypeError(f"a context holds at least {MIN_CTX} tokens, got {v} "
+                                         "(leave --ctx out for the model's own context)")
+    return v
+
+
+def add_model_args(p: argparse.ArgumentParser, *, default_ctx: int | None = None) -> None:
+    """MODEL, --threads, --ctx, --exact/--no-exact, --repack/--no-repack.
+
+    ``default_ctx`` None: the model's trained context, capped by this machine's memory.
+    """
     p.add_argument("model", nargs="?", default=None,
                    help="gemma3-270m (default), smollm2-135m, a model `fucina pull` got (`fucina models` lists "
                         "them), or a path to any GGUF file")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--ctx", type=positive_int, default=4096, help="context length (default 4096)")
+    shown = (f"default {default_ctx}" if default_ctx is not None
+             else "default: the model's trained context, capped by what this machine's memory holds")
+    p.add_argument("--ctx", type=context_tokens, default=default_ctx, metavar="N",
+                   help=f"context length in tokens ({shown})")
     p.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
                    help="batch-invariant load (no weight repacking; drafts capped where the engine stays "
                         "bitwise). Default: on when the patched engine is in use; see `fucina doctor`")

@@ -10,7 +10,7 @@ from fucina.cli.common import add_model_args, load_model_from_args
 
 def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("doctor", help="engine report + bitwise batch-invariance self-check (exact vs distribution)")
-    add_model_args(d)
+    add_model_args(d, default_ctx=4096)  # measuring the engine needs no long context
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.set_defaults(handler=run)
 

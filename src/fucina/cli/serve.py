@@ -2,7 +2,9 @@
 
 Listens on 127.0.0.1 by default; ``--host 0.0.0.0`` exposes it (give it an ``--api-key`` then).
 Keys come from ``--api-key`` (repeatable) and ``--api-key-file`` (one key a line; blank lines and
-``#`` comments skipped). Logs go to stderr: one line at startup (URL, model, level), one per request.
+``#`` comments skipped). ``--served-model-name A B`` makes requests for ``A`` or ``B`` (and the model's
+own name) accepted, ``A`` reported. Logs go to stderr: at startup the URL, model and level, then the
+context and why it has that size; one line per request.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "and draft its later requests from them; never across tenants (default 0: off)")
     p.add_argument("--index-dir", metavar="DIR",
                    help="persist the cross-request indexes in DIR across restarts (needs --cross-request-tokens)")
+    p.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
+                   help="names requests may give as `model` (the first is the id responses report; give MODEL "
+                        "before this flag); the model's own name stays accepted. Default: its short name or file stem")
     p.set_defaults(handler=run)
 
 
@@ -80,7 +85,8 @@ def settings_from_args(args: argparse.Namespace):
     try:
         return ServerSettings(host=args.host, port=args.port, api_keys=api_keys(args), max_queue=args.max_queue,
                               max_tokens_limit=args.max_tokens_limit or None,
-                              cross_request_tokens=args.cross_request_tokens, index_dir=args.index_dir)
+                              cross_request_tokens=args.cross_request_tokens, index_dir=args.index_dir,
+                              served_model_names=tuple(args.served_model_name))
     except InvalidOption as exc:
         raise CliError(f"fucina serve: {exc}") from None
 
@@ -106,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             shown = f"[{host}]" if ":" in host else host
             log.info("fucina serve: http://%s:%d/v1 model=%s level=%s speculation=%s%s", shown, port, state.model_id,
                      state.level, "off" if args.no_spec else "on", " (API key required)" if settings.api_keys else "")
+            log.info("context %s", llm.context_choice.describe())
+            if len(state.model_ids) > 1:
+                log.info("served model names: %s", ", ".join(state.model_ids))
             if state.tenants is not None:
                 log.info("fucina serve: cross-request indexes of up to %d tokens per tenant%s",
                          settings.cross_request_tokens,

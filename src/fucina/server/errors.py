@@ -59,11 +59,36 @@ def from_validation(errors: Sequence[Mapping[str, Any]], skip: int = 0) -> APIEr
     return APIError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value")
 
 
-def from_fucina(exc: FucinaError) -> APIError:
-    """The 400 for a validation error fucina's API raised before any work (its ``param`` names the field)."""
+def from_fucina(exc: FucinaError, *, chat: bool = True) -> APIError:
+    """The 400 for a validation error fucina's API raised before any work (its ``param`` names the
+    field); ``chat``: the request came to the chat endpoint (its prompt is ``messages``)."""
     if isinstance(exc, ContextLengthExceeded):
-        return APIError(400, str(exc), param=exc.param, code="context_length_exceeded")
+        return context_length_exceeded(exc, chat=chat)
     return APIError(400, str(exc), param=exc.param, code="invalid_value")
+
+
+def context_length_exceeded(exc: ContextLengthExceeded, *, chat: bool) -> APIError:
+    """The 400 of a request over the context, in OpenAI's words and with its code.
+
+    Client libraries tell an overflow from other 400s by OpenAI's text ("This model's maximum context
+    length is N tokens. ...": litellm's ``ContextWindowExceededError``) or by the code
+    ``context_length_exceeded`` (langchain-openai), so both are OpenAI's; ``param`` still names
+    the field to change (``max_tokens``, or the prompt: ``messages`` on the chat endpoint).
+    """
+    n, p, m = exc.n_ctx, exc.prompt_tokens, exc.max_tokens
+    param = "messages" if chat and exc.param == "prompt" else exc.param
+    head = f"This model's maximum context length is {n} tokens"
+    if chat and m:
+        msg = (f"{head}. However, you requested {p + m} tokens ({p} in the messages, {m} in the completion). "
+               "Please reduce the length of the messages or completion.")
+    elif chat:
+        room = "" if p > n else ", which leaves no room for the completion"
+        msg = f"{head}. However, your messages resulted in {p} tokens{room}. Please reduce the length of the messages."
+    else:  # the legacy completions endpoint's wording; at least one token must be generated
+        c = m or 1
+        msg = (f"{head}, however you requested {p + c} tokens ({p} in your prompt; {c} for the completion). "
+               "Please reduce your prompt; or completion length.")
+    return APIError(400, msg, param=param, code="context_length_exceeded")
 
 
 def engine_fault(detail: str = "") -> APIError:
@@ -72,7 +97,8 @@ def engine_fault(detail: str = "") -> APIError:
     return APIError(500, f"{msg} ({detail})" if detail else msg, type="server_error", code="engine_error")
 
 
-def model_not_found(requested: str, served: str) -> APIError:
-    """The 404 of a request for ``requested`` on a server that serves only ``served``."""
-    return APIError(404, f"the model {requested[:256]!r} does not exist; this server serves {served!r}",
+def model_not_found(requested: str, served: Sequence[str]) -> APIError:
+    """The 404 of a request for ``requested`` on a server that answers only to the names ``served``."""
+    names = ", ".join(repr(n) for n in served)
+    return APIError(404, f"the model {requested[:256]!r} does not exist; this server serves {names}",
                     param="model", code="model_not_found")

@@ -36,12 +36,12 @@ log = logging.getLogger("fucina.server")
 CLIENT_CLOSED = 499
 
 
-def error_for(event: tuple[str, Any]) -> APIError:
+def error_for(event: tuple[str, Any], *, chat: bool = True) -> APIError:
     """The error a worker event other than a chunk answers: a fucina validation error (400), an
-    engine fault (500), or the worker shutting down (503)."""
+    engine fault (500), or the worker shutting down (503). ``chat``: the request came to the chat endpoint."""
     kind, payload = event
     if kind == "error":
-        return from_fucina(payload)
+        return from_fucina(payload, chat=chat)
     if kind == "fault":
         return engine_fault(str(payload))
     return APIError(503, "the server is shutting down", type="server_error", code="unavailable")
@@ -50,7 +50,7 @@ def error_for(event: tuple[str, Any]) -> APIError:
 def raise_for(event: tuple[str, Any], call: LLMCall) -> None:
     """Nothing when ``event`` (the job's first) says the generation started; else raise its error."""
     if event[0] != "started":
-        err = error_for(event)
+        err = error_for(event, chat=call.endpoint == CHAT)
         if err.param == "references":  # fucina.LLM's name for what this request sent as two fields
             ext = call.request.fucina
             err.param = "fucina.references" if ext is not None and ext.references else "prediction"
@@ -146,7 +146,7 @@ class Record:
                             tokens_per_second=round(tm.tokens_per_second, 3), **spec)
 
     def head(self) -> dict[str, Any]:
-        return dict(id=self.call.id, created=self.call.created, model=self.state.model_id,
+        return dict(id=self.call.id, created=self.call.created, model=self.call.model or self.state.model_id,
                     system_fingerprint=self.state.fingerprint)
 
     def _logprobs(self, entries: list[TokenLogprob] | None) -> Any:

@@ -92,8 +92,9 @@ def create_app(llm: LLM, settings: ServerSettings | None = None) -> FastAPI:
                                 fingerprint=tokenizer_fingerprint(llm))
         metrics.gauge("cross_request_bytes", "Bytes the tenants' cross-request indexes hold.", tenants.nbytes)
         metrics.gauge("cross_request_tokens", "Tokens the tenants' cross-request indexes hold.", tenants.n_tokens)
-    state = ServerState(llm, settings, str(llm.name), level, system_fingerprint(llm, level), metrics, worker,
-                        tenants)
+    names = (*settings.served_model_names, str(llm.name))
+    state = ServerState(llm, settings, names[0], level, system_fingerprint(llm, level), metrics, worker,
+                        tenants, model_ids=names)
     metrics.gauge("queue_depth", "Requests waiting for the worker.", lambda: worker.depth)
     metrics.gauge("busy", "1 while a generation runs.", lambda: int(worker.busy))
     metrics.gauge("prefix_slots", "Saved KV-cache prefix snapshots.", lambda: len(_slots(llm)))
@@ -124,14 +125,14 @@ def create_app(llm: LLM, settings: ServerSettings | None = None) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         authorize(request, settings)
-        return json_response(t.ModelList(data=[_card(state)]))
+        return json_response(t.ModelList(data=[_card(state, name) for name in state.model_ids]))
 
     @app.get("/v1/models/{model_id:path}")
     async def model(request: Request, model_id: str) -> JSONResponse:
         authorize(request, settings)
-        if model_id != state.model_id:
-            raise model_not_found(model_id, state.model_id)
-        return json_response(_card(state))
+        if not state.serves(model_id):
+            raise model_not_found(model_id, state.model_ids)
+        return json_response(_card(state, model_id))
 
     @app.post(CHAT)
     async def chat_completions(request: Request):
@@ -290,5 +291,6 @@ async def _next(job: Job, watch: _Watch) -> tuple[str, Any] | None:
             return event
 
 
-def _card(state: ServerState) -> t.ModelCard:
-    return t.ModelCard(id=state.model_id, created=state.created)
+def _card(state: ServerState, name: str) -> t.ModelCard:
+    n_ctx = state.llm.context_length
+    return t.ModelCard(id=name, created=state.created, max_model_len=n_ctx, context_length=n_ctx)

@@ -12,6 +12,8 @@ from fucina.errors import InvalidOption
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 #: Requests that may wait for the worker while it runs one (more get 429).
 DEFAULT_MAX_QUEUE = 16
+#: Longest served model name (characters).
+MAX_MODEL_NAME = 256
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class ServerSettings:
             outputs, drafted from by its later requests); 0 = off. A tenant is an API key (one
             tenant without keys); no request ever drafts from another tenant's text.
         index_dir: where tenants' cross-request indexes persist across restarts (None = memory only).
+        served_model_names: the names requests may give as ``model`` (vLLM's ``--served-model-name``);
+            the first is the id responses report. The model's own id stays accepted besides them.
     """
 
     host: str = "127.0.0.1"
@@ -43,6 +47,7 @@ class ServerSettings:
     retry_after_seconds: int = 1
     cross_request_tokens: int = 0
     index_dir: Path | None = None
+    served_model_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -68,6 +73,17 @@ class ServerSettings:
                 raise InvalidOption("index_dir persists cross-request indexes; it needs cross_request_tokens > 0",
                                     param="index_dir")
             object.__setattr__(self, "index_dir", Path(self.index_dir))
+        if isinstance(self.served_model_names, str):
+            raise InvalidOption("served_model_names must be a sequence of names, not one string",
+                                param="served_model_names")
+        names = tuple(self.served_model_names)
+        for name in names:
+            if (not isinstance(name, str) or not name or name != name.strip() or not name.isprintable()
+                    or len(name) > MAX_MODEL_NAME):
+                raise InvalidOption(f"a served model name must be a non-empty printable string of at most "
+                                    f"{MAX_MODEL_NAME} characters without surrounding spaces, got {name!r}",
+                                    param="served_model_names")
+        object.__setattr__(self, "served_model_names", tuple(dict.fromkeys(names)))
 
     @property
     def loopback(self) -> bool:

@@ -29,3 +29,12 @@ class ServerState:
     #: Per-tenant cross-request indexes (None when ``cross_request_tokens`` is 0).
     tenants: TenantIndexes | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    #: Every name a request may give as ``model``, ``model_id`` (the one responses report) first.
+    model_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.model_ids = tuple(dict.fromkeys((self.model_id, *self.model_ids)))
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` is one of the names this server answers to."""
+        return name in self.model_ids

@@ -66,6 +66,8 @@ class LLMCall:
     n: int = 1
     #: Alternatives per token when the request asked for logprobs (None: it did not).
     logprobs: int | None = None
+    #: The model name the response reports: the request's own (one of the served names) or the server's id.
+    model: str = ""
 
 
 def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *, tenant: str) -> LLMCall:
@@ -78,8 +80,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         req = model_cls.model_validate(body)
     except ValidationError as exc:
         raise from_validation(exc.errors(include_url=False)) from None
-    if req.model is not None and req.model != state.model_id:
-        raise model_not_found(req.model, state.model_id)
+    if req.model is not None and not state.serves(req.model):
+        raise model_not_found(req.model, state.model_ids)
     llm = state.llm
     n, alternatives = _choices(endpoint, req)
     max_tokens, defaulted = _token_budget(endpoint, req, state.settings)
@@ -148,7 +150,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
 
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
-                   stats=bool(ext is not None and ext.stats), n=n, logprobs=alternatives)
+                   stats=bool(ext is not None and ext.stats), n=n, logprobs=alternatives,
+                   model=req.model or state.model_id)
 
 
 def _run_choices(first: Iterator[Any], run_choice: Callable[[int], Iterator[Any]], n: int, *,

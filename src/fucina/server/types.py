@@ -523,10 +523,16 @@ class CompletionResponse(_Out):
 
 
 class ModelCard(_Out):
+    """One served model name. ``max_model_len`` is the context in tokens (vLLM's field, which
+    litellm reads first); ``context_length`` the same number under the name OpenRouter and
+    llama.cpp-style servers use (litellm's fallback)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "fucina"
+    max_model_len: int
+    context_length: int
 
 
 class ModelList(_Out):
