@@ -40,6 +40,8 @@ from fucina.sampling import Sampler
 from fucina.speculative.index import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
 from fucina.text import TextLoop
+from fucina.tool_calls import ToolSettings, needs_jinja, render_with_tools, tool_settings
+from fucina.tool_calls.stream import collect, tool_chunks
 
 if TYPE_CHECKING:
     from fucina.decoders import DecoderFactory
@@ -202,19 +204,32 @@ class LLM:
         speculative: bool | None = None,
         stream: bool = False,
         cross_request: "CrossRequestStore | None" = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool | None = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
 
         Rendered with the model's chat template (or ``chat_template``); a model with neither raises
         :class:`~fucina.errors.ChatTemplateMissing`. Content may be a string or a list of
         ``{"type": "text", "text": ...}`` parts. Other arguments as in :meth:`complete`.
+        ``tools``/``tool_choice``/``parallel_tool_calls`` as in OpenAI's API (:mod:`fucina.tool_calls`):
+        the tools reach the model through its own template, and the calls it writes (Hermes
+        ``<tool_call>`` format) come back as ``tool_calls`` (chunks: deltas), finish reason ``tool_calls``.
         """
-        ids = self._encode_chat(messages)
-        return self._start(ids, call_settings(self.model, default_speculative=self.speculative,
+        tool = tool_settings(tools, tool_choice, parallel_tool_calls)
+        ids = self._encode_chat(messages, tool)
+        settings = call_settings(self.model, default_speculative=self.speculative,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request), stream)
+            references=references, speculative=speculative, cross_request=cross_request)
+        if tool.choice.forced:  # needs grammar=Grammar.lark(tool_call_lark(tool.tools, tool.choice, tool.parallel))
+            raise InvalidOption(f"tool_choice {tool.choice.mode!r} needs the grammar support", param="tool_choice")
+        if not tool.offered:
+            return self._start(ids, settings, stream)
+        chunks = tool_chunks(self._start(ids, settings, True))
+        return chunks if stream else collect(chunks)
 
     def conversation(self, **options: Any):
         """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
@@ -291,10 +306,12 @@ class LLM:
 
     # -- encoding --------------------------------------------------------------------------------
 
-    def _encode_chat(self, messages: Sequence[Message]) -> list[int]:
+    def _encode_chat(self, messages: Sequence[Message], tools: ToolSettings | None = None) -> list[int]:
         msgs = chat_messages(messages)
         from fucina.chat import tokenize_rendered
 
+        if needs_jinja(msgs, tools):  # tools, tool calls, tool results: the template's own Jinja
+            return tokenize_rendered(self.model, render_with_tools(self.model, msgs, tools, override=self.chat_template))
         return tokenize_rendered(self.model, self._render(msgs))
 
     def _render(self, msgs: list[dict[str, str]]) -> str:
