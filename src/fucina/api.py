@@ -225,7 +225,7 @@ class LLM:
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
             references=references, speculative=speculative, cross_request=cross_request)
         if tool.choice.forced:  # needs grammar=Grammar.lark(tool_call_lark(tool.tools, tool.choice, tool.parallel))
-            raise InvalidOption(f"tool_choice {tool.choice.mode!r} needs the grammar support", param="tool_choice")
+            raise InvalidOption(f"{tool.choice} needs the grammar support", param="tool_choice")
         if not tool.offered:
             return self._start(ids, settings, stream)
         chunks = tool_chunks(self._start(ids, settings, True))

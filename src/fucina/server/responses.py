@@ -21,6 +21,7 @@ from fucina.server.errors import APIError, engine_fault, from_fucina
 from fucina.server.state import ServerState
 from fucina.server.translate import CHAT, LLMCall
 from fucina.server.worker import Job
+from fucina.tool_calls import assemble
 
 __all__ = ["CLIENT_CLOSED", "EventStream", "Record", "error_for", "event_stream", "json_response", "raise_for",
            "sse_line"]
@@ -58,12 +59,14 @@ class Record:
     def __init__(self, state: ServerState, call: LLMCall, job: Job, t0: float) -> None:
         self.state, self.call, self.job, self.t0 = state, call, job, t0
         self.parts: list[str] = []
+        self.deltas: list[Any] = []
         self.last: Any = None
         self.done = False
 
     def add(self, chunk: Any) -> None:
         if chunk.text:
             self.parts.append(chunk.text)
+        self.deltas.extend(getattr(chunk, "tool_calls", ()))
         if chunk.finish_reason is not None:
             self.last = chunk
 
@@ -109,8 +112,11 @@ class Record:
     def response(self) -> BaseModel:
         text, finish = "".join(self.parts), self.last.finish_reason
         if self.call.endpoint == CHAT:
+            calls = [t.ToolCallBody(id=c.id, function=t.FunctionBody(name=c.name, arguments=c.arguments))
+                     for c in assemble(self.deltas)]
+            message = t.AssistantMessage(content=text or (None if calls else ""), tool_calls=calls or None)
             return t.ChatCompletionResponse(
-                **self.head(), choices=[t.ChatChoice(message=t.AssistantMessage(content=text), finish_reason=finish)],
+                **self.head(), choices=[t.ChatChoice(message=message, finish_reason=finish)],
                 usage=self.usage(), fucina=self.info())
         return t.CompletionResponse(**self.head(), choices=[t.CompletionChoice(text=text, finish_reason=finish)],
                                     usage=self.usage(), fucina=self.info())
@@ -127,6 +133,19 @@ class Record:
         else:
             body = t.CompletionResponse(**self.head(), choices=[t.CompletionChoice(text=text or "", finish_reason=finish)],
                                         **extra)
+        return sse_line(body, self.call.request.include_usage)
+
+    def tool_chunk(self, deltas: Any) -> str:
+        """One SSE ``data:`` line of tool-call deltas (OpenAI's shape: the first piece of a call carries
+        its ``id``, ``type`` and ``function.name``, the later ones ``function.arguments`` only)."""
+        items = []
+        for d in deltas:
+            if d.id is not None:
+                items.append({"index": d.index, "id": d.id, "type": "function",
+                              "function": {"name": d.name or "", "arguments": d.arguments}})
+            else:
+                items.append({"index": d.index, "function": {"arguments": d.arguments}})
+        body = t.ChatCompletionChunk(**self.head(), choices=[t.ChatChunkChoice(delta={"tool_calls": items})])
         return sse_line(body, self.call.request.include_usage)
 
     def usage_chunk(self) -> str:
@@ -171,6 +190,8 @@ async def event_stream(record: Record) -> AsyncIterator[str]:
             record.add(payload)
             if payload.text:
                 yield record.chunk(payload.text)
+            if getattr(payload, "tool_calls", ()):
+                yield record.tool_chunk(payload.tool_calls)
         elif kind == "done":
             break
         else:

@@ -8,6 +8,7 @@ gives speculation the tenant's own cross-request store. Nothing here touches HTT
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import time
 from dataclasses import dataclass
@@ -15,11 +16,12 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from fucina.errors import ContextLengthExceeded
+from fucina.errors import ContextLengthExceeded, InvalidOption
 from fucina.server import types as t
 from fucina.server.errors import APIError, from_validation, model_not_found
 from fucina.server.settings import ServerSettings
 from fucina.server.state import ServerState
+from fucina.tool_calls import tool_call_lark, tool_settings
 
 __all__ = ["CHAT", "COMPLETIONS", "LLMCall", "translate_request"]
 
@@ -94,7 +96,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
         # through timing (a repeat of it would run measurably faster).
         options["cross_request"] = state.tenants.store(tenant)
     if endpoint == CHAT:
-        messages = [{"role": m.role, "content": m.content} for m in req.messages]
+        messages = [m.as_message() for m in req.messages]
+        options.update(_tool_options(req, llm))
 
         def run(**kw: Any) -> Iterator[Any]:
             return llm.chat(messages, **kw)
@@ -116,6 +119,27 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
     return LLMCall(endpoint, req, start, seed, prediction, int(time.time()), prefix + secrets.token_hex(12),
                    stats=bool(ext is not None and ext.stats))
+
+
+def _tool_options(req: t.ChatCompletionRequest, llm: Any) -> dict[str, Any]:
+    """The request's tool arguments for ``llm.chat``, checked here (400 naming the field); a forced
+    ``tool_choice`` adds the grammar that forces the calls (:func:`fucina.tool_calls.tool_call_lark`)."""
+    if req.tools is None and req.tool_choice is None and req.parallel_tool_calls is None:
+        return {}
+    try:
+        tool = tool_settings(req.tools, req.tool_choice, req.parallel_tool_calls)
+    except InvalidOption as exc:
+        raise APIError(400, str(exc), param=exc.param, code="invalid_value") from None
+    options: dict[str, Any] = dict(tools=req.tools, tool_choice=req.tool_choice,
+                                   parallel_tool_calls=req.parallel_tool_calls)
+    if tool.choice.forced:
+        if "grammar" not in inspect.signature(llm.chat).parameters:
+            raise APIError(400, f"{tool.choice} needs the grammar support, which this server "
+                           "lacks; use 'auto'", param="tool_choice", code="unsupported_parameter")
+        from fucina.grammar import Grammar  # type: ignore[import-not-found]
+
+        options["grammar"] = Grammar.lark(tool_call_lark(tool.tools, tool.choice, tool.parallel), param="tool_choice")
+    return options
 
 
 def _token_budget(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest,

@@ -2,8 +2,13 @@
 
 Requests are validated strictly (``"temperature": "0.5"`` is a 400, not a silent conversion) with
 bounded fields; unknown extra fields are ignored. Fields that exist in the OpenAI API but would
-change the answer fucina gives (``n > 1``, ``logprobs``, ``tools`` ...) are declared only to be
-refused with a 400 naming them: none is ever silently ignored.
+change the answer fucina gives (``n > 1``, ``logprobs``, the legacy ``functions`` ...) are declared
+only to be refused with a 400 naming them: none is ever silently ignored.
+
+Tool calling: ``tools``, ``tool_choice`` and ``parallel_tool_calls`` are checked by
+:func:`fucina.tool_calls.tool_settings` (the translation names the field at fault, e.g.
+``tools[0].function.parameters``); history may hold assistant messages with ``tool_calls`` (their
+``content`` may be null) and ``tool`` messages with the ``tool_call_id`` they answer.
 
 Sampling defaults when a field is absent (or null) are OpenAI's: ``temperature=1``, ``top_p=1``;
 the extensions ``top_k`` and ``min_p`` are off (0), ``repeat_penalty`` is 1 (off) and
@@ -33,9 +38,6 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-#: Longest text field (characters); the body limit (ServerSettings.max_body_bytes) binds first.
-MAX_TEXT = 1 << 20
-MAX_MESSAGES = 4096
 #: OpenAI's limit on stop sequences.
 MAX_STOP = 4
 MAX_STOP_CHARS = 512
@@ -44,6 +46,8 @@ MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 1 << 20
 #: Reference documents per request, the prediction included (fucina.LLM's limit).
 from fucina.speculative.index import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
+from fucina.server.messages import (MAX_MESSAGES, MAX_TEXT, ChatMessage, FunctionBody, ToolCallBody,  # noqa: E402,F401
+                                    _text_parts, unsupported)
 #: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
 MIN_TEMPERATURE = 1e-6
 
@@ -54,39 +58,7 @@ DEFAULT_MIN_P = 0.0
 DEFAULT_REPEAT_PENALTY = 1.0
 DEFAULT_PENALTY_LAST_N = 64
 
-FinishReason = Literal["stop", "length"]
-
-
-def unsupported(field: str, why: str = "") -> PydanticCustomError:
-    """The validation error of a field fucina refuses (turned into a 400 naming it)."""
-    return PydanticCustomError("unsupported_parameter", "{field} is not supported by this server{why}",
-                               {"field": field, "why": f": {why}" if why else ""})
-
-
-def _text_parts(value: Any, field: str) -> str:
-    """A string, or a list of ``{"type": "text", "text": ...}`` parts, as one string."""
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
-                                      {"field": field, "n": MAX_TEXT})
-        return value
-    if isinstance(value, list):
-        if len(value) > MAX_MESSAGES:
-            raise PydanticCustomError("too_long", "{field} has more than {n} parts", {"field": field, "n": MAX_MESSAGES})
-        texts = []
-        for part in value:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                if isinstance(part, dict) and isinstance(part.get("type"), str) and part.get("type") != "text":
-                    raise unsupported(f"{field} part type {part['type'][:40]!r}", "only text parts")
-                raise PydanticCustomError("text_part", "{field} parts must be {{'type': 'text', 'text': string}}",
-                                          {"field": field})
-            texts.append(part["text"])
-        text = "".join(texts)
-        if len(text) > MAX_TEXT:
-            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
-                                      {"field": field, "n": MAX_TEXT})
-        return text
-    raise PydanticCustomError("text_type", "{field} must be a string or a list of text parts", {"field": field})
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class _Body(BaseModel):
@@ -97,32 +69,16 @@ class StreamOptions(_Body):
     include_usage: Optional[bool] = None
 
 
-class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Any
-    name: Optional[str] = Field(None, max_length=256)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, v: Any) -> str:
-        return _text_parts(v, "content")
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _role(cls, v: Any) -> Any:
-        if v in ("tool", "function"):
-            raise unsupported(f"role {v!r}", "tools are not supported")
-        return v
-
-
 def _check_unsupported(name: str, value: Any) -> Any:
     """Refuse a value that would change the answer; the neutral values pass."""
     neutral = {
         "n": (None, 1), "best_of": (None, 1),
         "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
-        "tool_choice": (None, "none"), "function_call": (None, "none"), "audio": (None,),
+        "function_call": (None, "none"), "audio": (None,),
     }
-    if name in ("tools", "functions", "logit_bias"):
+    if name in ("functions", "logit_bias"):
+        if name == "functions" and value:
+            raise unsupported(name, "use tools")
         if value is None or value == [] or value == {}:
             return value
         raise unsupported(name)
@@ -258,15 +214,17 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
     top_logprobs: Any = None
+    #: Checked by :func:`fucina.tool_calls.tool_settings` in the translation (it names the field).
     tools: Any = None
     tool_choice: Any = None
+    parallel_tool_calls: Optional[bool] = None
     functions: Any = None
     function_call: Any = None
     response_format: Any = None
     audio: Any = None
     modalities: Any = None
 
-    @field_validator("top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format",
+    @field_validator("top_logprobs", "functions", "function_call", "response_format",
                      "audio", "modalities", mode="before")
     @classmethod
     def _refuse_chat(cls, v: Any, info) -> Any:
@@ -365,8 +323,10 @@ class FucinaInfo(_Out):
 
 class AssistantMessage(_Out):
     role: Literal["assistant"] = "assistant"
-    content: str
+    #: None when the answer is only tool calls.
+    content: Optional[str]
     refusal: None = None
+    tool_calls: Optional[list[ToolCallBody]] = None
 
 
 class ChatChoice(_Out):
@@ -389,8 +349,10 @@ class ChatCompletionResponse(_Out):
 
 class ChatChunkChoice(_Out):
     index: int = 0
-    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}``, ``{}`` at the end.
-    delta: dict[str, str]
+    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}`` or ``{"tool_calls":
+    #: [{"index", "id", "type", "function": {"name", "arguments"}}]}`` (later pieces: ``index`` and
+    #: ``function.arguments`` only), ``{}`` at the end.
+    delta: dict[str, Any]
     finish_reason: Optional[FinishReason] = None
     logprobs: None = None
 

@@ -57,8 +57,11 @@ def render_with_tools(model, messages: Sequence[Mapping[str, Any]], tools: ToolS
     source = template_source(model, override)
     template, variables = _compiled(source)
     offered = tools is not None and tools.offered
+    if "messages" not in variables:  # a llama.cpp template name ("chatml"), not the template itself
+        raise InvalidOption("tools and tool messages are not supported with this chat template: they need the "
+                            "Jinja template text the model ships", param="tools" if offered else "messages")
     if offered and "tools" not in variables:
-        raise InvalidOption("this model's chat template has no tool support (it never reads 'tools'); "
+        raise InvalidOption("tools are not supported with this model's chat template (it never reads 'tools'): "
                             "the functions cannot be shown to the model", param="tools")
     context: dict[str, Any] = dict(
         messages=[_for_template(m) for m in messages],

@@ -52,6 +52,9 @@ class ToolChoice:
     mode: ChoiceMode = "auto"
     name: str | None = None
 
+    def __str__(self) -> str:
+        return f"tool_choice {self.name!r}" if self.mode == "named" else f"tool_choice {self.mode!r}"
+
     @property
     def forced(self) -> bool:
         """The output must be tool calls (``required`` or a named function): a grammar enforces it."""
@@ -152,6 +155,8 @@ def check_schema(schema: Any, param: str) -> None:
             where = "/".join(str(p) for p in exc.path)
             raise InvalidOption(f"{param} is not a valid JSON Schema: {exc.message}"
                                 + (f" (at {where})" if where else ""), param=param) from None
+        except Exception as exc:  # a schema odd enough to break the checker itself
+            raise InvalidOption(f"{param} is not a valid JSON Schema: {type(exc).__name__}", param=param) from None
         return
     compile_schema(text, param)
 
