@@ -191,3 +191,41 @@ def test_named_and_single_grammars(matcher_for):
     lark1 = tool_call_lark(one.tools, one.choice, one.parallel)
     assert matcher_for(lark1, _call("get_weather", '{"city": "Paris"}'))
     assert not matcher_for(lark1, _call("add", '{"a": 1, "b": 2}') + "\n" + _call("add", '{"a": 3, "b": 4}'))
+
+
+BARE = [
+    ('{"name": "get_weather", "arguments": {"city": "Paris"}}', "", (("get_weather", '{"city": "Paris"}'),)),
+    ('\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n', "",
+     (("add", '{"a": 1, "b": 2}'), ("add", '{"a": 3, "b": 4}'))),
+    ('{"name": "nope", "arguments": {}}', '{"name": "nope", "arguments": {}}', ()),  # not a tool: content
+    ('{"name": "add", "arguments": {"a": 1}} and more', '{"name": "add", "arguments": {"a": 1}} and more', ()),
+    ('{"result": 3}', '{"result": 3}', ()),
+    ('{"name": "add", "arguments": {"a": 1', '{"name": "add", "arguments": {"a": 1', ()),  # cut off: content
+    ("Plain answer.", "Plain answer.", ()),
+]
+
+
+@pytest.mark.parametrize("text,content,calls", BARE)
+def test_untagged_calls_of_known_tools(text, content, calls):
+    names = ("get_weather", "add")
+    got_content, got = parse_tool_calls(text, lambda: "call_x", names)
+    assert got_content == content and [(c.name, c.arguments) for c in got] == list(calls)
+    rng = random.Random(len(text))
+    for _ in range(20):
+        p = HermesParser(lambda: "call_x", names)
+        out, deltas, i = "", [], 0
+        while i < len(text):
+            n = rng.randint(1, 6)
+            c, d = p.feed(text[i:i + n])
+            out, deltas, i = out + c, deltas + d, i + n
+        c, d = p.finish()
+        assert out + c == content
+        assert [(x.name, x.arguments) for x in assemble(deltas + d)] == list(calls)
+    # without the names the same text is content
+    assert parse_tool_calls(text)[1] == () or text.startswith("<tool_call>")
+
+
+def test_untagged_start_held_only_while_it_may_be_a_call():
+    p = HermesParser(names=("add",))
+    assert p.feed('{"na') == ("", [])
+    assert p.feed('me": "sub"') == ('{"name": "sub"', [])  # not a tool's name: given out at once

@@ -40,7 +40,7 @@ from fucina.sampling import Sampler
 from fucina.speculative.index import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
 from fucina.text import TextLoop
-from fucina.tool_calls import ToolSettings, needs_jinja, render_with_tools, tool_settings
+from fucina.tool_calls import HermesParser, ToolSettings, needs_jinja, render_with_tools, tool_settings
 from fucina.tool_calls.stream import collect, tool_chunks
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class LLM:
             raise InvalidOption(f"{tool.choice} needs the grammar support", param="tool_choice")
         if not tool.offered:
             return self._start(ids, settings, stream)
-        chunks = tool_chunks(self._start(ids, settings, True))
+        chunks = tool_chunks(self._start(ids, settings, True), HermesParser(names=[t.name for t in tool.tools]))
         return chunks if stream else collect(chunks)
 
     def conversation(self, **options: Any):

@@ -158,3 +158,37 @@ def test_litellm_tool_call(served, monkeypatch):
     call = r.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
     assert r.choices[0].finish_reason == "tool_calls"
+
+
+def test_forced_tool_choice_passes_the_lark_grammar_when_chat_takes_one(monkeypatch):
+    """The seam for fucina.grammar: a chat that takes ``grammar=`` gets the grammar of the forced calls."""
+    import sys
+    import types
+
+    built: list = []
+
+    class Grammar:  # stands in for fucina.grammar.Grammar
+        @classmethod
+        def lark(cls, text, *, param="grammar"):
+            built.append((text, param))
+            return ("lark", text)
+
+    monkeypatch.setitem(sys.modules, "fucina.grammar", types.SimpleNamespace(Grammar=Grammar))
+    seen: list = []
+
+    class GrammarLLM(LLM):
+        def chat(self, messages, *, grammar=None, tool_choice=None, **kw):
+            seen.append((grammar, tool_choice))
+            return super().chat(messages, tool_choice="auto", **kw)  # the script writes the call anyway
+
+    llm = GrammarLLM(ToolFake(SCRIPTS), speculative=True, cost_table=FLAT, name=MODEL, progress=False,
+                     spec_options=NO_GATE)
+    with serve(llm) as s:
+        body = {"model": MODEL, "messages": ASK, "tools": [WEATHER, TIME], "parallel_tool_calls": False,
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+        r = httpx.post(s.v1 + "/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    (text, param), = built
+    assert param == "tool_choice" and '"const": "get_weather"' in text and "get_time" not in text
+    assert seen == [(("lark", text), body["tool_choice"])]

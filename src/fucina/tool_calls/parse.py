@@ -13,7 +13,13 @@ blank line before a call never reaches the client); inside a call it gives the f
 soon as ``{"name": "...", "arguments": `` is complete, then the arguments in pieces, holding back
 the closing ``}`` and ``</tool_call>``. A call whose body is JSON in another key order is given whole
 when its closing tag arrives; a body that is not a call at all is given back as content, tags
-included. Feeding the whole answer at once gives the same calls and content as feeding it in any
+included.
+
+Small models of the family (Qwen2.5-Coder 0.5B) often leave the tags out and answer with the call
+object alone, ``{"name": "get_weather", "arguments": {...}}`` (or one per line). Given the tools'
+names, the parser holds back an answer whose start may be such an object and decides at the end: an
+answer that is nothing but calls of known tools is those calls (given whole, in the last chunk), any
+other is content. Feeding the whole answer at once gives the same calls and content as feeding it in any
 pieces (the non-streamed answer is the streamed one, joined).
 
 Parsing only reads text that was already generated: it cannot change a token (speculation stays
@@ -25,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from typing import Callable
+from typing import Callable, Sequence
 
 from fucina.results import ToolCall, ToolCallDelta
 
@@ -55,8 +61,13 @@ class HermesParser:
     Both return ``(content, deltas)``: the new content text and the new :class:`ToolCallDelta` s.
     """
 
-    def __init__(self, new_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(self, new_id: Callable[[], str] = new_call_id, names: Sequence[str] = ()) -> None:
         self._new_id = new_id
+        self._names = frozenset(names)
+        # An answer that starts with '{"name": "<a tool>", "arguments": ' may be bare calls (no tags):
+        # held whole ("yes") and decided at the end; "maybe" while its start could still be one.
+        self._heads = tuple(f'{{"name": "{n}", "arguments": ' for n in names)
+        self._bare: str | None = "maybe" if names else None
         self._buf = ""          # text outside a call not yet given out
         self._body: str | None = None  # the current call's text after <tool_call> (None: outside)
         self._args_at = -1      # where the arguments start in _body (-1: name not given yet)
@@ -80,6 +91,14 @@ class HermesParser:
         else:
             self._body += text
         while True:
+            if self._bare is not None and self._body is None:
+                start = self._buf.lstrip()
+                if self._bare == "yes" or not start or any(h.startswith(start) for h in self._heads):
+                    return "".join(content), deltas
+                if any(start.startswith(h) for h in self._heads):
+                    self._bare = "yes"
+                    return "".join(content), deltas
+                self._bare = None
             if self._body is None:
                 i = self._buf.find(OPEN)
                 if i < 0:
@@ -112,6 +131,18 @@ class HermesParser:
         """The rest at the end of the answer: held-back content, or an unfinished call's last piece."""
         content: list[str] = []
         deltas: list[ToolCallDelta] = []
+        if self._bare is not None:
+            calls = _bare_calls(self._buf, self._names)
+            self._bare = None
+            if calls:
+                for name, args in calls:
+                    cid = self._new_id()
+                    deltas.append(ToolCallDelta(len(self.calls), id=cid, name=name, arguments=args))
+                    self.calls.append(ToolCall(cid, name, args))
+                self._buf = ""
+                return "", deltas
+            first, deltas = self.feed("")  # not calls after all: the text as any other answer
+            content.append(first)
         if self._body is not None:
             if self._args_at >= 0:  # cut off mid-call (finish_reason length): the arguments so far
                 rest = self._body[self._args_at:]
@@ -194,6 +225,15 @@ def _whole_call(body: str) -> tuple[str, str] | None:
     return obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
+def _bare_calls(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
+    """The calls of an answer made only of untagged call objects (one, or one per line), else []."""
+    whole = _whole_call(text.strip())
+    parts = [whole] if whole is not None else [_whole_call(line) for line in text.splitlines() if line.strip()]
+    if not parts or any(p is None or p[0] not in names for p in parts):
+        return []
+    return parts  # type: ignore[return-value]
+
+
 def assemble(deltas: list[ToolCallDelta]) -> tuple[ToolCall, ...]:
     """The calls a sequence of deltas describes (by ``index``; the first delta of each has id and name)."""
     calls: dict[int, list[str]] = {}
@@ -207,9 +247,11 @@ def assemble(deltas: list[ToolCallDelta]) -> tuple[ToolCall, ...]:
     return tuple(ToolCall(i, n, a) for _, (i, n, a) in sorted(calls.items()))
 
 
-def parse_tool_calls(text: str, new_id: Callable[[], str] = new_call_id) -> tuple[str, tuple[ToolCall, ...]]:
-    """A whole answer as ``(content, calls)`` (the calls only when they are complete)."""
-    parser = HermesParser(new_id)
+def parse_tool_calls(text: str, new_id: Callable[[], str] = new_call_id,
+                     names: Sequence[str] = ()) -> tuple[str, tuple[ToolCall, ...]]:
+    """A whole answer as ``(content, calls)`` (the calls only when they are complete; untagged calls
+    are recognized when the tool ``names`` are given)."""
+    parser = HermesParser(new_id, names)
     content, _ = parser.feed(text)
     rest, _ = parser.finish()
     return content + rest, tuple(parser.calls)
