@@ -83,3 +83,19 @@ def test_streamed_equals_whole(llm):
     assert deltas[0].name == whole.tool_calls[0].name
     assert "".join(d.arguments for d in deltas) == whole.tool_calls[0].arguments
     assert chunks[-1].finish_reason == whole.finish_reason
+
+
+def test_through_the_server_with_the_openai_client(llm):
+    openai = pytest.importorskip("openai")
+    from tests.server.conftest import serve
+
+    with serve(llm) as s:
+        client = openai.OpenAI(base_url=s.v1, api_key="unused", max_retries=0, timeout=120)
+        stream = client.chat.completions.create(model=llm.name, messages=ASK, tools=[WEATHER], temperature=0,
+                                                max_tokens=96, stream=True)
+        chunks = [c for c in stream if c.choices]
+    pieces = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert pieces and pieces[0].function.name == "get_weather" and pieces[0].id.startswith("call_")
+    args = json.loads("".join(p.function.arguments or "" for p in pieces))
+    assert "paris" in args["city"].lower()
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
