@@ -122,3 +122,16 @@ def test_bad_messages_and_schemas_name_the_field():
     with pytest.raises(InvalidOption) as e:
         llm.chat(ASK + [{"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}])
     assert e.value.param == "messages"
+
+
+def test_templates_get_the_special_tokens_text():
+    class Special(ToolFake):
+        bos_id, eos_id = 256, 257
+
+        def special_text(self, token):
+            return {256: "<s>", 257: "</s>"}[token]
+
+    m = Special(SCRIPTS, template="{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"
+                "{% if tools %}T{% endif %}")
+    llm = LLM(m, speculative=False, cost_table=FLAT, name="fake", progress=False)
+    assert prompt_text(llm, ASK, [WEATHER]) == "<s>What is the weather in Paris?</s>T"

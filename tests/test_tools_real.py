@@ -56,6 +56,7 @@ def test_jinja_rendering_equals_the_builtin_one_without_tools(llm):
 
     msgs = chat_messages([{"role": "system", "content": "Be brief."}, *ASK])
     assert render_with_tools(llm.model, msgs, None) == llm.model.apply_chat_template(msgs)
+    assert llm.model.special_text(llm.model.eos_id) == "<|im_end|>"  # what templates get as eos_token
 
 
 def test_the_call_and_the_second_turn(llm):

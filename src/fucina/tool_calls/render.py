@@ -103,7 +103,7 @@ def _special_text(model, attr: str) -> str:
     """The text of the model's BOS/EOS token when the backend can say it, else ''."""
     tid = getattr(model, attr, None)
     text_of = getattr(model, "special_text", None)
-    if tid is None or text_of is None:
+    if tid is None or text_of is None or not 0 <= int(tid) < int(getattr(model, "vocab_size", 0)):
         return ""
     try:
         return str(text_of(tid))
