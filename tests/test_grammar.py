@@ -19,7 +19,6 @@ from fucina.sampling import Sampler, SamplerOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
 from fucina.speculative.grammar_drafts import GrammarDrafts
-from fucina.speculative.index import SpeculationIndex
 from fucina.speculative.scripted import ScriptedSource
 from tests.grammar_schemas import SCHEMAS
 

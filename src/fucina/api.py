@@ -33,15 +33,19 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, Union
 from fucina.call_settings import CallSettings, Message, Prompt, call_settings, chat_messages, prompt_ids
 from fucina.context_size import ContextChoice, requested_context
 from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
+from fucina.grammar import sampler_for
 from fucina.plain import PlainDecoder
 from fucina.prefix_cache import PrefixCache
 from fucina.logprobs import LogprobRecorder
 from fucina.results import (Completion, CompletionChunk, FinishReason, SpeculationReport,
-                            Timings, TokenLogprob, Usage)
+                            Timings, Usage)
 from fucina.sampling import Sampler
 from fucina.speculative.index import MAX_REFERENCES  # re-exported: one call's reference limit
 from fucina.speculative.costs import CostTable
 from fucina.text import TextLoop
+from fucina.tool_calls import (HermesParser, ToolSettings, forced_call_grammar, needs_jinja, render_with_tools,
+                               tool_settings)
+from fucina.tool_calls.stream import collect, tool_chunks
 
 if TYPE_CHECKING:
     from fucina.decoders import DecoderFactory
@@ -219,20 +223,31 @@ class LLM:
         cross_request: "CrossRequestStore | None" = None,
         grammar: "Grammar | None" = None,
         logprobs: int | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool | None = None,
     ) -> Union[Completion, Iterator[CompletionChunk]]:
         """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``).
 
         Rendered with the model's chat template (or ``chat_template``); a model with neither raises
         :class:`~fucina.errors.ChatTemplateMissing`. Content may be a string or a list of
         ``{"type": "text", "text": ...}`` parts. Other arguments as in :meth:`complete`.
+        ``tools``/``tool_choice``/``parallel_tool_calls`` as in OpenAI's API (:mod:`fucina.tool_calls`):
+        the tools reach the model through its own template, and the calls it writes (Hermes
+        ``<tool_call>`` format) come back as ``tool_calls`` (chunks: deltas), finish reason ``tool_calls``.
         """
-        ids = self._encode_chat(messages)
-        return self._start(ids, call_settings(self.model, default_speculative=self.speculative,
+        tool = tool_settings(tools, tool_choice, parallel_tool_calls)
+        ids = self._encode_chat(messages, tool)
+        settings = call_settings(self.model, default_speculative=self.speculative,
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             penalty_last_n=penalty_last_n, seed=seed, stop=stop, stop_token_ids=stop_token_ids,
-            references=references, speculative=speculative, cross_request=cross_request, grammar=grammar,
-            logprobs=logprobs), stream)
+            references=references, speculative=speculative, cross_request=cross_request,
+            grammar=forced_call_grammar(tool, grammar), logprobs=logprobs)
+        if not tool.offered:
+            return self._start(ids, settings, stream)
+        chunks = tool_chunks(self._start(ids, settings, True), HermesParser(names=[t.name for t in tool.tools]))
+        return chunks if stream else collect(chunks)
 
     def conversation(self, **options: Any):
         """A multi-turn :class:`fucina.chat.Conversation` on this LLM's model and cost table.
@@ -315,10 +330,12 @@ class LLM:
 
     # -- encoding --------------------------------------------------------------------------------
 
-    def _encode_chat(self, messages: Sequence[Message]) -> list[int]:
+    def _encode_chat(self, messages: Sequence[Message], tools: ToolSettings | None = None) -> list[int]:
         msgs = chat_messages(messages)
         from fucina.chat import tokenize_rendered
 
+        if needs_jinja(msgs, tools):  # tools, tool calls, tool results: the template's own Jinja
+            return tokenize_rendered(self.model, render_with_tools(self.model, msgs, tools, override=self.chat_template))
         return tokenize_rendered(self.model, self._render(msgs))
 
     def _render(self, msgs: list[dict[str, str]]) -> str:
@@ -402,7 +419,7 @@ class LLM:
         self._active = (chunks, threading.get_ident())
         if stream:
             return chunks
-        return _collect(chunks)
+        return collect(chunks)
 
     def _generate(self, prompt: list[int], req: CallSettings) -> Iterator[CompletionChunk]:
         with self._lock:
@@ -417,7 +434,7 @@ class LLM:
         t0 = time.perf_counter()
         # 1. Reuse the cached prefix: keep the KV rows the previous call left that match this prompt.
         reused = self.prefix_cache.reuse(prompt)
-        decoder = self._decoder(_sampler(model, req), req)
+        decoder = self._decoder(sampler_for(model, req.sampler, req.grammar), req)
         try:
             decoder.adopt(prompt[:reused])
             decoder.feed(prompt[reused:])
@@ -474,28 +491,3 @@ class LLM:
         active = self._active
         if active is not None and active[1] == threading.get_ident():
             active[0].close()
-
-
-def _sampler(model, req: CallSettings) -> Sampler:
-    """The call's sampler: masked by its grammar when it has one (:mod:`fucina.grammar`)."""
-    if req.grammar is None:
-        return Sampler(req.sampler)
-    from fucina.grammar import ConstrainedSampler, GrammarState
-
-    return ConstrainedSampler(req.sampler, GrammarState(req.grammar, model))
-
-
-def _collect(chunks: Iterator[CompletionChunk]) -> Completion:
-    parts: list[str] = []
-    ids: list[int] = []
-    lps: list[TokenLogprob] | None = None
-    last = None
-    for c in chunks:
-        parts.append(c.text)
-        ids.extend(c.token_ids)
-        if c.logprobs is not None:
-            lps = (lps or []) + list(c.logprobs)
-        last = c
-    assert last is not None and last.usage is not None and last.timings is not None
-    return Completion("".join(parts), tuple(ids), last.finish_reason or "length", last.usage, last.timings, last.stats,
-                      None if lps is None else tuple(lps))

@@ -17,7 +17,7 @@ from fucina.speculative.index import MAX_REFERENCES
 
 __all__ = ["CallSettings", "Message", "Prompt", "call_settings", "chat_messages", "prompt_ids", "token_ids"]
 
-_ROLES = ("system", "developer", "user", "assistant")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 Message = Mapping[str, Any]
 Prompt = Union[str, Sequence[int]]
 
@@ -128,23 +128,31 @@ def prompt_ids(model, prompt: Prompt) -> list[int]:
     return ids
 
 
-def chat_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
-    """``messages`` as ``{"role", "content"}`` dicts of text (``developer`` read as ``system``)."""
+def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """``messages`` as ``{"role", "content"}`` dicts of text (``developer`` read as ``system``).
+
+    Tool-calling history passes too: an ``assistant`` message may carry ``tool_calls`` (OpenAI's
+    ``[{"id", "type": "function", "function": {"name", "arguments"}}]``; its ``content`` may then be
+    None) and a ``tool`` message carries a function's result, with the ``tool_call_id`` it answers.
+    """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise InvalidOption("messages must be a non-empty list of {'role', 'content'} objects",
                             param="messages")
     return [_message(m, i) for i, m in enumerate(messages)]
 
 
-def _message(m: Any, i: int) -> dict[str, str]:
+def _message(m: Any, i: int) -> dict[str, Any]:
     if not isinstance(m, Mapping):
         raise InvalidOption(f"messages[{i}] must be an object with 'role' and 'content'", param="messages")
     role = m.get("role")
     if role not in _ROLES:
         raise InvalidOption(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}",
                             param="messages")
+    calls = _tool_calls(m.get("tool_calls"), i) if role == "assistant" else None
     content = m.get("content")
-    if isinstance(content, list):
+    if content is None and calls:
+        content = None  # an assistant turn that only called tools
+    elif isinstance(content, list):
         texts = []
         for part in content:
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
@@ -152,6 +160,40 @@ def _message(m: Any, i: int) -> dict[str, str]:
                                     param="messages")
             texts.append(part["text"])
         content = "".join(texts)
-    if not isinstance(content, str):
-        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts", param="messages")
-    return {"role": "system" if role == "developer" else role, "content": content}
+    elif not isinstance(content, str):
+        raise InvalidOption(f"messages[{i}].content must be a string or a list of text parts"
+                            + (" (or null beside tool_calls)" if role == "assistant" else ""), param="messages")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
+    if calls:
+        out["tool_calls"] = calls
+    if role == "tool":
+        call_id = m.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise InvalidOption(f"messages[{i}].tool_call_id must be a string", param="messages")
+        out["tool_call_id"] = call_id
+    name = m.get("name")
+    if isinstance(name, str) and role == "tool":
+        out["name"] = name
+    return out
+
+
+def _tool_calls(calls: Any, i: int) -> list[dict[str, Any]] | None:
+    """An assistant message's ``tool_calls``, checked: ``[{"id", "type", "function": {"name", "arguments"}}]``."""
+    if calls is None:
+        return None
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+        raise InvalidOption(f"{where} must be a list of tool calls", param="messages")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise InvalidOption(f"{where}[{j}] must be {{'id', 'type': 'function', 'function': {{'name', "
+                                "'arguments'}}}}", param="messages")
+        args = fn.get("arguments", "{}")
+        if not isinstance(args, (str, Mapping)):
+            raise InvalidOption(f"{where}[{j}].function.arguments must be a JSON string", param="messages")
+        call_id = call.get("id")
+        out.append({"id": call_id if isinstance(call_id, str) else None, "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return out

@@ -36,7 +36,7 @@ import numpy as np
 from fucina.errors import GrammarViolation, InvalidGrammar
 from fucina.sampling import Sampler, SamplerOptions
 
-__all__ = ["ConstrainedSampler", "Grammar", "GrammarState", "JSON_LAYOUT"]
+__all__ = ["ConstrainedSampler", "Grammar", "GrammarState", "JSON_LAYOUT", "sampler_for"]
 
 #: llguidance JSON-compiler defaults: one fixed layout (see the module docstring).
 JSON_LAYOUT: Mapping[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -243,3 +243,10 @@ class ConstrainedSampler(Sampler):
         token = super().sample(masked, history)
         self.state.consume(token)
         return token
+
+
+def sampler_for(model, options: SamplerOptions, grammar: Grammar | None) -> Sampler:
+    """One generation's sampler: masked by ``grammar`` over ``model``'s vocabulary when there is one."""
+    if grammar is None:
+        return Sampler(options)
+    return ConstrainedSampler(options, GrammarState(grammar, model))

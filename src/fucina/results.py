@@ -19,7 +19,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-FinishReason = Literal["stop", "length"]
+#: ``tool_calls``: a chat with tools ended after the model called one or more (see :class:`ToolCall`).
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model wrote (OpenAI's ``tool_calls`` item)."""
+
+    id: str
+    name: str
+    #: The arguments as the model wrote them: JSON text (OpenAI hands them over unparsed too).
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A streamed piece of the tool call at ``index``: its first delta carries ``id`` and ``name``,
+    the later ones pieces of ``arguments`` (joined, they are :attr:`ToolCall.arguments`)."""
+
+    index: int
+    id: Optional[str] = None
+    name: Optional[str] = None
+    arguments: str = ""
 
 
 @dataclass(frozen=True)
@@ -174,6 +196,9 @@ class Completion:
     timings: Timings
     stats: Optional[SpeculationReport] = None
     logprobs: Optional[tuple[TokenLogprob, ...]] = None
+    #: The calls a chat with tools made (``finish_reason`` is then ``tool_calls``); ``text`` is what
+    #: the model wrote outside them.
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,3 +218,5 @@ class CompletionChunk:
     timings: Optional[Timings] = None
     stats: Optional[SpeculationReport] = None
     logprobs: Optional[tuple[TokenLogprob, ...]] = None
+    #: Pieces of the tool calls (a chat with tools); ``text`` is then only what is outside them.
+    tool_calls: tuple[ToolCallDelta, ...] = ()

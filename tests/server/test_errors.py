@@ -113,14 +113,11 @@ def test_out_of_range_counts_say_their_range(http):
 
 
 @pytest.mark.parametrize("path,body,param", [
-    (CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-    (CHAT, chat(tool_choice="auto"), "tool_choice"),
     (CHAT, chat(functions=[{"name": "f"}]), "functions"),
     (CHAT, chat(function_call="auto"), "function_call"),
     (CHAT, chat(logit_bias={"1": 5}), "logit_bias"),
     (CHAT, chat(audio={"voice": "x"}), "audio"),
     (CHAT, chat(modalities=["text", "audio"]), "modalities"),
-    (CHAT, chat(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}]), "messages[0].role"),
     (CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
      "messages[0].content"),
     (COMPLETIONS, completion(best_of=2), "best_of"),          # best_of must be 1 or n
@@ -133,6 +130,26 @@ def test_out_of_range_counts_say_their_range(http):
 def test_unsupported_fields_are_refused_by_name(http, path, body, param):
     err = envelope(http.post(path, json=body), 400, param=param, code="unsupported_parameter")
     assert "not supported" in err["message"]
+
+
+@pytest.mark.parametrize("body,param", [
+    # this server's fake template is not a Jinja template that reads ``tools``
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+    (chat(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}]), "messages"),
+    (chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]),
+     "tools[0].function.parameters"),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice={"type": "function",
+                                                                                 "function": {"name": "g"}}),
+     "tool_choice"),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"), "tool_choice"),
+    (chat(tools={"name": "f"}), "tools"),
+    (chat(parallel_tool_calls="yes"), "parallel_tool_calls"),
+    (chat(messages=[{"role": "assistant", "content": None}]), "messages[0].content"),
+    (chat(messages=[{"role": "assistant", "tool_calls": [{"function": {}}]}]), "messages"),
+    (chat(messages=[{"role": "function", "content": "x", "name": "f"}]), "messages[0].role"),
+])
+def test_tool_errors_are_400_naming_the_field(http, body, param):
+    envelope(http.post(CHAT, json=body), 400, param=param)
 
 
 @pytest.mark.parametrize("path,body", [

@@ -164,6 +164,17 @@ class LlamaVocab:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
 
+    @property
+    def eos_id(self) -> int:
+        """The vocabulary's EOS token (one of :attr:`eos_ids`)."""
+        return int(_ll.llama_vocab_eos(self._vocab))
+
+    def special_text(self, token: int) -> str:
+        """The text of a token with control tokens spelled out (``<|im_end|>``), for chat templates."""
+        buf = ctypes.create_string_buffer(256)
+        n = _ll.llama_token_to_piece(self._vocab, token, buf, 256, 0, True)
+        return buf.raw[:max(n, 0)].decode("utf-8", "replace")
+
     def chat_template(self) -> str | None:
         """The template string stored in the GGUF, or None when the model has none."""
         raw = _ll.llama_model_chat_template(self._model, None)

@@ -26,6 +26,7 @@ from fucina.server.logprob_bodies import chat_logprobs, completion_logprobs
 from fucina.server.state import ServerState
 from fucina.server.translate import CHAT, ChoiceChunk, LLMCall
 from fucina.server.worker import Job
+from fucina.tool_calls import assemble
 
 __all__ = ["CLIENT_CLOSED", "EventStream", "Record", "error_for", "event_stream", "json_response", "raise_for",
            "sse_line"]
@@ -65,6 +66,8 @@ class Choice:
         self.last: Any = None
         self.entries: list[TokenLogprob] = []
         self.window = VisibleLogprobs()
+        #: Its tool-call deltas so far (a chat with tools).
+        self.deltas: list[Any] = []
         self.announced = False  # its role delta was sent (chat streams)
 
 
@@ -85,6 +88,7 @@ class Record:
             choice.parts.append(chunk.text)
         shown = choice.window.push(chunk.text, chunk.logprobs) if self.call.logprobs is not None else []
         choice.entries.extend(shown)
+        choice.deltas.extend(getattr(chunk, "tool_calls", ()))
         if chunk.finish_reason is not None:
             choice.last = chunk
             if not item.copy:
@@ -162,8 +166,10 @@ class Record:
         for i, c in enumerate(self.choices):
             text, finish, lp = "".join(c.parts), c.last.finish_reason, self._logprobs(c.entries)
             if self.call.endpoint == CHAT:
-                choices.append(t.ChatChoice(index=i, message=t.AssistantMessage(content=text), finish_reason=finish,
-                                            logprobs=lp))
+                calls = [t.ToolCallBody(id=k.id, function=t.FunctionBody(name=k.name, arguments=k.arguments))
+                         for k in assemble(c.deltas)]
+                message = t.AssistantMessage(content=text or (None if calls else ""), tool_calls=calls or None)
+                choices.append(t.ChatChoice(index=i, message=message, finish_reason=finish, logprobs=lp))
             else:
                 choices.append(t.CompletionChoice(text=text, index=i, finish_reason=finish, logprobs=lp))
         cls = t.ChatCompletionResponse if self.call.endpoint == CHAT else t.CompletionResponse
@@ -185,6 +191,20 @@ class Record:
         else:
             body = t.CompletionResponse(**self.head(), choices=[
                 t.CompletionChoice(text=text or "", index=index, finish_reason=finish, logprobs=lp)], **extra)
+        return sse_line(body, self.call.request.include_usage)
+
+    def tool_chunk(self, deltas: Any, *, index: int = 0) -> str:
+        """One SSE ``data:`` line of tool-call deltas (OpenAI's shape: the first piece of a call carries
+        its ``id``, ``type`` and ``function.name``, the later ones ``function.arguments`` only)."""
+        items = []
+        for d in deltas:
+            if d.id is not None:
+                items.append({"index": d.index, "id": d.id, "type": "function",
+                              "function": {"name": d.name or "", "arguments": d.arguments}})
+            else:
+                items.append({"index": d.index, "function": {"arguments": d.arguments}})
+        body = t.ChatCompletionChunk(**self.head(), choices=[t.ChatChunkChoice(index=index,
+                                                                               delta={"tool_calls": items})])
         return sse_line(body, self.call.request.include_usage)
 
     def usage_chunk(self) -> str:
@@ -236,6 +256,8 @@ async def event_stream(record: Record) -> AsyncIterator[str]:
             shown = record.add(payload)
             if chunk.text:
                 yield record.chunk(chunk.text, index=i, logprobs=shown)
+            if getattr(chunk, "tool_calls", ()):
+                yield record.tool_chunk(chunk.tool_calls, index=i)
             if chunk.finish_reason is not None and i < last:
                 yield record.chunk(index=i, finish=chunk.finish_reason)
         elif kind == "done":

@@ -19,12 +19,13 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from fucina.errors import ContextLengthExceeded, InvalidGrammar
+from fucina.errors import ContextLengthExceeded, InvalidGrammar, InvalidOption
 from fucina.grammar import Grammar
 from fucina.server import types as t
 from fucina.server.errors import APIError, from_validation, model_not_found
 from fucina.server.settings import ServerSettings
 from fucina.server.state import ServerState
+from fucina.tool_calls import tool_settings
 
 __all__ = ["CHAT", "COMPLETIONS", "ChoiceChunk", "LLMCall", "choice_seed", "translate_request"]
 
@@ -124,7 +125,8 @@ def translate_request(endpoint: str, body: dict[str, Any], state: ServerState, *
     if req.response_format is not None:
         options["grammar"] = _grammar(req.response_format)
     if endpoint == CHAT:
-        messages = [{"role": m.role, "content": m.content} for m in req.messages]
+        messages = [m.as_message() for m in req.messages]
+        options.update(_tool_options(req))
 
         def run(**kw: Any) -> Iterator[Any]:
             return llm.chat(messages, **kw)
@@ -196,6 +198,21 @@ def _grammar(fmt: t.ResponseFormat) -> Grammar:
         return Grammar.json_schema(fmt.schema or {}, param="response_format.json_schema")
     except InvalidGrammar as exc:
         raise APIError(400, f"response_format.json_schema: {exc}", param=exc.param, code="invalid_value") from None
+
+
+def _tool_options(req: t.ChatCompletionRequest) -> dict[str, Any]:
+    """The request's tool arguments for ``llm.chat``, checked here (400 naming the field)."""
+    if req.tools is None and req.tool_choice is None and req.parallel_tool_calls is None:
+        return {}
+    try:
+        tool = tool_settings(req.tools, req.tool_choice, req.parallel_tool_calls)
+    except InvalidOption as exc:
+        raise APIError(400, str(exc), param=exc.param, code="invalid_value") from None
+    if tool.choice.forced and req.response_format is not None:
+        raise APIError(400, f"{tool.choice} forces a tool call, response_format a reply: send one of them",
+                       param="tool_choice", code="invalid_value")
+    # A forced choice is enforced by llm.chat itself: the grammar of the call masks every sampled row.
+    return dict(tools=req.tools, tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls)
 
 
 def _token_budget(endpoint: str, req: t.ChatCompletionRequest | t.CompletionRequest,

@@ -2,8 +2,8 @@
 
 Requests are validated strictly (``"temperature": "0.5"`` is a 400, not a silent conversion) with
 bounded fields; unknown extra fields are ignored. Fields that exist in the OpenAI API but would
-change the answer fucina gives (``tools``, ``logit_bias`` ...) are declared only to be refused with a
-400 naming them: none is ever silently ignored.
+change the answer fucina gives (``logit_bias``, the legacy ``functions`` ...) are declared only to be
+refused with a 400 naming them: none is ever silently ignored.
 
 ``n`` (1..:data:`MAX_N`) choices run one after another on the one model: choice ``i`` samples with
 seed ``(seed + i) mod 2**63`` (when the request has no seed, the drawn one is offset the same way), so
@@ -12,6 +12,11 @@ decodes once and repeats the answer. ``best_of`` is accepted only as 1 or equal 
 ``logprobs`` are those of the model's raw distribution (before penalties, temperature and the cuts:
 :mod:`fucina.logprobs`): chat takes ``logprobs: true`` with ``top_logprobs`` 0..20, completions
 ``logprobs`` 0..5 (the chosen token is added to each ``top_logprobs`` dict, as OpenAI does).
+
+Tool calling: ``tools``, ``tool_choice`` and ``parallel_tool_calls`` are checked by
+:func:`fucina.tool_calls.tool_settings` (the translation names the field at fault, e.g.
+``tools[0].function.parameters``); history may hold assistant messages with ``tool_calls`` (their
+``content`` may be null) and ``tool`` messages with the ``tool_call_id`` they answer.
 
 Sampling defaults when a field is absent (or null) are OpenAI's: ``temperature=1``, ``top_p=1``;
 the extensions ``top_k`` and ``min_p`` are off (0), ``repeat_penalty`` is 1 (off) and
@@ -36,7 +41,6 @@ this request, each a non-empty string or list of text parts of at most :data:`MA
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -44,9 +48,6 @@ from pydantic_core import PydanticCustomError
 
 from fucina.server.logprob_bodies import ChoiceLogprobs, CompletionLogprobs
 
-#: Longest text field (characters); the body limit (ServerSettings.max_body_bytes) binds first.
-MAX_TEXT = 1 << 20
-MAX_MESSAGES = 4096
 #: OpenAI's limit on stop sequences.
 MAX_STOP = 4
 MAX_STOP_CHARS = 512
@@ -60,6 +61,9 @@ from fucina.logprobs import MAX_TOP_LOGPROBS  # noqa: E402
 MAX_COMPLETION_LOGPROBS = 5
 #: Reference documents per request, the prediction included (fucina.LLM's limit).
 from fucina.speculative.index import MAX_REFERENCES  # noqa: E402  (defined once, with the index)
+from fucina.server.messages import (MAX_MESSAGES, MAX_TEXT, ChatMessage, FunctionBody, ToolCallBody,  # noqa: E402,F401
+                                    _text_parts, unsupported)
+from fucina.server.formats import ResponseFormat, response_format  # noqa: E402,F401
 #: Smallest positive temperature: below it ``logits / T`` can overflow float64 (use 0 for greedy).
 MIN_TEMPERATURE = 1e-6
 
@@ -70,39 +74,7 @@ DEFAULT_MIN_P = 0.0
 DEFAULT_REPEAT_PENALTY = 1.0
 DEFAULT_PENALTY_LAST_N = 64
 
-FinishReason = Literal["stop", "length"]
-
-
-def unsupported(field: str, why: str = "") -> PydanticCustomError:
-    """The validation error of a field fucina refuses (turned into a 400 naming it)."""
-    return PydanticCustomError("unsupported_parameter", "{field} is not supported by this server{why}",
-                               {"field": field, "why": f": {why}" if why else ""})
-
-
-def _text_parts(value: Any, field: str) -> str:
-    """A string, or a list of ``{"type": "text", "text": ...}`` parts, as one string."""
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
-                                      {"field": field, "n": MAX_TEXT})
-        return value
-    if isinstance(value, list):
-        if len(value) > MAX_MESSAGES:
-            raise PydanticCustomError("too_long", "{field} has more than {n} parts", {"field": field, "n": MAX_MESSAGES})
-        texts = []
-        for part in value:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                if isinstance(part, dict) and isinstance(part.get("type"), str) and part.get("type") != "text":
-                    raise unsupported(f"{field} part type {part['type'][:40]!r}", "only text parts")
-                raise PydanticCustomError("text_part", "{field} parts must be {{'type': 'text', 'text': string}}",
-                                          {"field": field})
-            texts.append(part["text"])
-        text = "".join(texts)
-        if len(text) > MAX_TEXT:
-            raise PydanticCustomError("string_too_long", "{field} is longer than {n} characters",
-                                      {"field": field, "n": MAX_TEXT})
-        return text
-    raise PydanticCustomError("text_type", "{field} must be a string or a list of text parts", {"field": field})
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class _Body(BaseModel):
@@ -113,31 +85,15 @@ class StreamOptions(_Body):
     include_usage: Optional[bool] = None
 
 
-class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Any
-    name: Optional[str] = Field(None, max_length=256)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content(cls, v: Any) -> str:
-        return _text_parts(v, "content")
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _role(cls, v: Any) -> Any:
-        if v in ("tool", "function"):
-            raise unsupported(f"role {v!r}", "tools are not supported")
-        return v
-
-
 def _check_unsupported(name: str, value: Any) -> Any:
     """Refuse a value that would change the answer; the neutral values pass."""
     neutral = {
         "echo": (None, False), "suffix": (None, ""),
-        "tool_choice": (None, "none"), "function_call": (None, "none"), "audio": (None,),
+        "function_call": (None, "none"), "audio": (None,),
     }
-    if name in ("tools", "functions", "logit_bias"):
+    if name in ("functions", "logit_bias"):
+        if name == "functions" and value:
+            raise unsupported(name, "use tools")
         if value is None or value == [] or value == {}:
             return value
         raise unsupported(name)
@@ -169,43 +125,6 @@ def _prediction_text(v: Any) -> Optional[str]:
     if not text:
         raise PydanticCustomError("empty", "prediction.content is empty", {})
     return text
-
-
-@dataclass(frozen=True)
-class ResponseFormat:
-    """A validated ``response_format``: ``json_object``, or ``json_schema`` with its schema."""
-
-    type: Literal["json_object", "json_schema"]
-    schema: Optional[dict] = None
-    name: Optional[str] = None
-    strict: bool = False
-
-
-def response_format(v: Any) -> Optional[ResponseFormat]:
-    """OpenAI's ``response_format``: ``{"type": "text" | "json_object"}`` or ``{"type": "json_schema",
-    "json_schema": {"name", "schema", "strict", "description"}}``; text is the same as none."""
-    if v is None:
-        return None
-    if not isinstance(v, dict) or v.get("type") not in ("text", "json_object", "json_schema"):
-        raise PydanticCustomError("response_format", "response_format.type must be 'text', 'json_object' or "
-                                  "'json_schema'", {})
-    if v["type"] == "text":
-        return None
-    if v["type"] == "json_object":
-        return ResponseFormat("json_object")
-    spec = v.get("json_schema")
-    if not isinstance(spec, dict):
-        raise PydanticCustomError("response_format", "response_format.json_schema must be an object with a "
-                                  "'schema'", {})
-    schema, name, strict = spec.get("schema", {}), spec.get("name"), spec.get("strict")
-    if not isinstance(schema, dict):
-        raise PydanticCustomError("response_format", "response_format.json_schema.schema must be an object", {})
-    if name is not None and not (isinstance(name, str) and 1 <= len(name) <= 64):
-        raise PydanticCustomError("response_format", "response_format.json_schema.name must be a string of 1 "
-                                  "to 64 characters", {})
-    if strict is not None and not isinstance(strict, bool):
-        raise PydanticCustomError("response_format", "response_format.json_schema.strict must be a boolean", {})
-    return ResponseFormat("json_schema", schema, name, bool(strict))
 
 
 class FucinaOptions(_Body):
@@ -327,14 +246,16 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_INT)
     logprobs: Optional[bool] = None
     top_logprobs: Any = None
+    #: Checked by :func:`fucina.tool_calls.tool_settings` in the translation (it names the field).
     tools: Any = None
     tool_choice: Any = None
+    parallel_tool_calls: Optional[bool] = None
     functions: Any = None
     function_call: Any = None
     audio: Any = None
     modalities: Any = None
 
-    @field_validator("tools", "tool_choice", "functions", "function_call",
+    @field_validator("functions", "function_call",
                      "audio", "modalities", mode="before")
     @classmethod
     def _refuse_chat(cls, v: Any, info) -> Any:
@@ -349,6 +270,7 @@ class ChatCompletionRequest(_Sampling):
     def alternatives(self) -> Optional[int]:
         """Alternatives per token for ``fucina.LLM`` (None: no logprobs)."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
 
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``."""
@@ -461,8 +383,10 @@ class FucinaInfo(_Out):
 
 class AssistantMessage(_Out):
     role: Literal["assistant"] = "assistant"
-    content: str
+    #: None when the answer is only tool calls.
+    content: Optional[str]
     refusal: None = None
+    tool_calls: Optional[list[ToolCallBody]] = None
 
 
 class ChatChoice(_Out):
@@ -485,8 +409,10 @@ class ChatCompletionResponse(_Out):
 
 class ChatChunkChoice(_Out):
     index: int = 0
-    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}``, ``{}`` at the end.
-    delta: dict[str, str]
+    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": ...}`` or ``{"tool_calls":
+    #: [{"index", "id", "type", "function": {"name", "arguments"}}]}`` (later pieces: ``index`` and
+    #: ``function.arguments`` only), ``{}`` at the end.
+    delta: dict[str, Any]
     finish_reason: Optional[FinishReason] = None
     logprobs: Optional[ChoiceLogprobs] = None
 
