@@ -109,3 +109,25 @@ def test_text_format_is_plain_text(client, reference):
     r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=24, temperature=0, seed=1,
                                        response_format={"type": "text"})
     assert r.choices[0].message.content == plain(reference, "chat", USER, max_tokens=24, temperature=0, seed=1).text
+
+
+class Pick(pydantic.BaseModel):
+    color: str = pydantic.Field(pattern=r"^(red|green|blue)$")
+    count: int = pydantic.Field(ge=0, le=9)
+
+
+def test_langchain_with_structured_output(fake_server, reference):
+    lc = pytest.importorskip("langchain_openai")
+    chat = lc.ChatOpenAI(model=MODEL, base_url=fake_server.v1, api_key="unused", temperature=0, max_retries=0,
+                         max_tokens=200)
+    out = chat.with_structured_output(Pick, method="json_schema", strict=True).invoke("Pick a colour and a count.")
+    assert isinstance(out, Pick) and out.color in ("red", "green", "blue")
+
+
+def test_litellm_response_format(fake_server, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of its price list from the network
+    litellm = pytest.importorskip("litellm")
+    fmt = schema_format("nested")
+    r = litellm.completion(model="openai/" + MODEL, api_base=fake_server.v1, api_key="unused", messages=USER,
+                           response_format=fmt, temperature=0, max_tokens=300)
+    jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMAS["nested"])
