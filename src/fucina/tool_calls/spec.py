@@ -162,17 +162,15 @@ def check_schema(schema: Any, param: str) -> None:
 
 
 def compile_schema(text: str, param: str) -> None:
-    """Raise :class:`InvalidOption` (``param``) when llguidance cannot compile the JSON Schema ``text``."""
-    from llguidance import LLMatcher
+    """Raise :class:`InvalidOption` (``param``) when llguidance cannot compile the JSON Schema ``text``
+    (through :class:`fucina.grammar.Grammar`, which a forced call's grammar embeds it in)."""
+    from fucina.errors import InvalidGrammar
+    from fucina.grammar import Grammar
 
     try:
-        grammar = LLMatcher.grammar_from_json_schema(text)
-    except ValueError as exc:
+        Grammar.json_schema(text, param=param)
+    except InvalidGrammar as exc:
         raise InvalidOption(f"{param} is not a JSON Schema the grammar library accepts: {exc}", param=param) from None
-    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
-    if is_error:
-        raise InvalidOption(f"{param} is not a JSON Schema the grammar library accepts: {'; '.join(messages)}",
-                            param=param)
 
 
 def _choice(choice: Any, tools: tuple[Tool, ...]) -> ToolChoice:
