@@ -68,3 +68,12 @@ def test_advice_follows_the_engine_variant_not_its_description():
     exact = InvarianceReport(ks=(2, 3), rows=5, mismatched_rows=0, argmax_flips=0, max_abs_diff=0.0,
                              max_exact_rows=32)
     assert advice(exact, engine_variant="custom", exact_load=True)[0].startswith("speculative output is bit-identical")
+
+
+def test_the_check_fits_a_small_context():
+    # A 64-token model cannot hold the check's prompt and a 32-row batch: it checks what fits.
+    from fucina.backends.fake import FakeModel
+    from fucina.doctor import check_batch_invariance
+
+    report = check_batch_invariance(FakeModel(context_length=64))
+    assert report.max_exact_rows >= 16 and max(report.ks) + 32 <= 64
