@@ -123,6 +123,20 @@ def fake_server() -> Iterator[Served]:
 
 
 @pytest.fixture(scope="module")
+def client(fake_server):
+    """The official ``openai`` client on :func:`fake_server` (modules that test it skip without it)."""
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=fake_server.v1, api_key="unused", max_retries=0, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def http(fake_server) -> Iterator[httpx.Client]:
+    """An httpx client on :func:`fake_server`."""
+    with fake_server.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
 def reference() -> LLM:
     """A separate LLM over an identical fake model, decoding plainly in-process."""
     return make_llm(speculative=False)

@@ -40,12 +40,6 @@ def envelope(r: httpx.Response, status: int, param=..., code=...) -> dict:
     return err
 
 
-@pytest.fixture(scope="module")
-def http(fake_server):
-    with fake_server.client() as c:
-        yield c
-
-
 @pytest.mark.parametrize("path,body,param", [
     (CHAT, chat(temperature=2.5), "temperature"),
     (CHAT, chat(temperature="0.5"), "temperature"),

@@ -19,17 +19,6 @@ OTHER = [{"role": "system", "content": "be brief"}, {"role": "user", "content": 
 PROMPT = "the dog ran in the park. " * 3
 
 
-@pytest.fixture(scope="module")
-def client(fake_server):
-    return openai.OpenAI(base_url=fake_server.v1, api_key="unused", max_retries=0, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def http(fake_server):
-    with fake_server.client() as c:
-        yield c
-
-
 def test_prediction_on_completions_feeds_drafts_and_changes_nothing(client, reference):
     ref = plain(reference, "complete", PROMPT, max_tokens=40, temperature=0)
     r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0,

@@ -21,11 +21,6 @@ USER = [{"role": "user", "content": REPETITIVE}]
 OTHER = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat sat on the mat. " * 3}]
 
 
-@pytest.fixture(scope="module")
-def client(fake_server):
-    return openai.OpenAI(base_url=fake_server.v1, api_key="unused", max_retries=0, timeout=30)
-
-
 def _text(llm, token_id: int) -> str:
     return llm.model.token_bytes(token_id).decode("utf-8", errors="replace")
 

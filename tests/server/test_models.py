@@ -23,12 +23,6 @@ def aliased():
         yield s
 
 
-@pytest.fixture(scope="module")
-def http(fake_server):
-    with fake_server.client() as c:
-        yield c
-
-
 def test_model_cards_carry_the_context(http, fake_server):
     n_ctx = fake_server.llm.context_length
     assert n_ctx == 4096  # the fake model's

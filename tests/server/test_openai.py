@@ -20,11 +20,6 @@ USER = [{"role": "user", "content": REPETITIVE}]
 OTHER = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat sat on the mat. " * 3}]
 
 
-@pytest.fixture(scope="module")
-def client(fake_server):
-    return openai.OpenAI(base_url=fake_server.v1, api_key="unused", max_retries=0, timeout=30)
-
-
 def _stream_text(stream) -> tuple[str, list]:
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

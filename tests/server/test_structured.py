@@ -20,17 +20,6 @@ from tests.server.test_errors import CHAT, chat, envelope  # noqa: E402
 USER = [{"role": "user", "content": "Extract the invoice: INV-0042, 12.50 EUR, paid, 2 x widget."}]
 
 
-@pytest.fixture(scope="module")
-def client(fake_server):
-    return openai.OpenAI(base_url=fake_server.v1, api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def http(fake_server):
-    with fake_server.client() as c:
-        yield c
-
-
 def schema_format(name: str, strict: bool = True) -> dict:
     return {"type": "json_schema", "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": strict}}
 
