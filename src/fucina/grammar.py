@@ -99,11 +99,15 @@ class Grammar:
 
     def compiled(self) -> str:
         """The llguidance grammar text (validated; cached per source)."""
-        return _compile(self.kind, self.source, self.param)
+        text, error = _compile(self.kind, self.source)
+        if error is not None:
+            raise InvalidGrammar(f"invalid {self.kind.replace('_', ' ')}: {error}", param=self.param)
+        return text
 
 
 @functools.lru_cache(maxsize=256)
-def _compile(kind: str, source: str, param: str) -> str:
+def _compile(kind: str, source: str) -> tuple[str, str | None]:
+    """``(grammar text, None)``, or ``("", why it is invalid)``: the library's verdict on one source."""
     from llguidance import LLMatcher
 
     try:
@@ -114,11 +118,9 @@ def _compile(kind: str, source: str, param: str) -> str:
         else:
             text = LLMatcher.grammar_from_regex(source)
     except ValueError as exc:
-        raise InvalidGrammar(f"invalid {kind.replace('_', ' ')}: {exc}", param=param) from None
+        return "", str(exc)
     is_error, messages = LLMatcher.validate_grammar_with_warnings(text)
-    if is_error:
-        raise InvalidGrammar(f"invalid {kind.replace('_', ' ')}: {'; '.join(messages)}", param=param)
-    return text
+    return ("", "; ".join(messages)) if is_error else (text, None)
 
 
 # -- the model's vocabulary, as the constraint library sees it ---------------------------------------
@@ -237,10 +239,8 @@ class ConstrainedSampler(Sampler):
         allowed = self.state.allowed()
         if not allowed.any():
             raise GrammarViolation("the grammar admits no token here")
-        row = np.asarray(logits)
-        masked = np.where(allowed, row, row.dtype.type(-np.inf)) if row.dtype.kind == "f" else \
-            np.where(allowed, row.astype(np.float64), -np.inf)
-        token = super().sample(masked, history)
+        # A float row keeps its dtype (-inf is a weak scalar); any other becomes float64.
+        token = super().sample(np.where(allowed, np.asarray(logits), -np.inf), history)
         self.state.consume(token)
         return token
 
