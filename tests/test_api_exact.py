@@ -7,22 +7,18 @@ builds it), in a subprocess whose PYTHONPATH puts that build first.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.probe_run import run_probe
 
 pytestmark = pytest.mark.real_model
 PROBE = Path(__file__).resolve().parent / "exact_api_probe.py"
 
 
 def test_stop_strings_greedy_and_sampled_equal_plain_bitwise_on_both_models(exact_engine_env):
-    r = subprocess.run([sys.executable, str(PROBE), "gemma3-270m,smollm2-135m", "2", "32"], env=exact_engine_env,
-                       capture_output=True, text=True, timeout=3000)
-    assert r.returncode == 0, r.stderr[-3000:]
-    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    results = run_probe(PROBE, "gemma3-270m,smollm2-135m", "2", "32", env=exact_engine_env)
     assert [x["model"] for x in results] == ["gemma3-270m", "smollm2-135m"]
     for x in results:
         assert x["level"] == "exact"

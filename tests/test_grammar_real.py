@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.probe_run import run_probe
 
 pytestmark = pytest.mark.real_model
 PROBE = Path(__file__).resolve().parent / "grammar_probe.py"
 
 
 def test_constrained_speculative_equals_plain_bitwise_on_both_models(exact_engine_env):
-    r = subprocess.run([sys.executable, str(PROBE), "gemma3-270m,smollm2-135m", "160"], env=exact_engine_env,
-                       capture_output=True, text=True, timeout=3000)
-    assert r.returncode == 0, r.stderr[-3000:]
-    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    results = run_probe(PROBE, "gemma3-270m,smollm2-135m", "160", env=exact_engine_env)
     assert [x["model"] for x in results] == ["gemma3-270m", "smollm2-135m"]
     for x in results:
         assert x["level"] == "exact"
