@@ -70,6 +70,28 @@ def test_doctor_says_exact_for_every_batch_size_by_default(env, model):
     assert "level: exact" in r.stdout and "bitwise up to 32 rows" in r.stdout and "0 not bitwise equal" in r.stdout
 
 
+#: Batch sizes through every K-quant path: vec_dot (1), column groups (2-19), the tiled kernel's narrow
+#: (up to 16 columns a band) and wide bands (20 on), ragged edges included.
+ALL_PATHS_KS = (2, 3, 5, 8, 9, 15, 16, 17, 20, 24, 31, 33, 48, 64)
+
+
+@pytest.mark.parametrize("tiled_floor", ["default", "2", "1000"])
+def test_every_batch_size_up_to_64_is_bitwise_whichever_k_quant_kernel_serves_it(env, tiled_floor):
+    """Gemma 3's Q4_K/Q6_K weights with the tiled kernel from its default floor, from 2 rows (it serves
+    every batch: its narrow path too) and never (the column groups serve every batch): every row of
+    every batch is bitwise the single-token row. A kernel whose arithmetic parted from the canonical
+    one (kquant_common.c) would fail here at the batch sizes it serves."""
+    code = ("import fucina, fucina.doctor as d; llm = fucina.LLM('gemma3-270m', n_ctx=1024, progress=False); "
+            f"r = d.check_batch_invariance(llm.model, ks={ALL_PATHS_KS!r}); "
+            "print(r.rows, r.mismatched_rows, r.max_exact_rows)")
+    run_env = dict(env)
+    if tiled_floor != "default":
+        run_env["GGML_FUCINA_TILED_MIN"] = tiled_floor
+    r = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == [str(sum(ALL_PATHS_KS)), "0", "64"], r.stdout
+
+
 def test_the_api_is_exact_by_default_on_the_patched_engine_and_says_so_on_stock(env):
     from fucina import cpu
     from fucina.engine import env_for

@@ -161,3 +161,111 @@ def test_the_comparison_sees_a_changed_summation_order(libs, k):
             assert abs(float(a) - float(b)) <= 1e-4 * max(1.0, abs(float(a)))  # the same sum, reordered
             differ += a.tobytes() != b.tobytes()
     assert differ > 0
+
+
+# -- the canonical arithmetic, modelled exactly ---------------------------------------------------------
+#
+# fucina/engine/kernels/kquant_common.c defines the K-quant dot product every kernel of the patched engine
+# computes (vec_dot, the column groups, ggml's tiled kernel): exact integers per 256-value block, then
+# three float32 steps per block in block order. The model below computes it from the bytes with Python
+# integers and exactly rounded float32 operations (an fma rounds once), so a kernel that summed in
+# another order, or rounded a step twice, gives other bits.
+
+def _f32(x) -> np.float32:
+    return np.float32(x)
+
+
+def _fma(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
+    """float32 fma, rounded once: the exact a*b + c, to nearest, ties to even."""
+    from fractions import Fraction
+
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    guess = np.float32(float(exact))
+    cands = (guess, np.nextafter(guess, np.float32(np.inf)), np.nextafter(guess, np.float32(-np.inf)))
+    return min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(np.uint32)) & 1))
+
+
+def _q8_K(col: np.ndarray, i: int) -> tuple[np.float32, np.ndarray]:
+    blk = col[i * 292:(i + 1) * 292]
+    return blk[:4].view(np.float32)[0], blk[4:260].view(np.int8).astype(np.int64)
+
+
+def _k4_scales_mins(q: np.ndarray) -> tuple[list[int], list[int]]:
+    """ggml's get_scale_min_k4 for the 8 sub-blocks of a Q4_K/Q5_K block."""
+    sc, mn = [], []
+    for j in range(8):
+        if j < 4:
+            sc.append(int(q[j]) & 63)
+            mn.append(int(q[j + 4]) & 63)
+        else:
+            sc.append((int(q[j + 4]) & 0xF) | ((int(q[j - 4]) >> 6) << 4))
+            mn.append((int(q[j + 4]) >> 4) | ((int(q[j]) >> 6) << 4))
+    return sc, mn
+
+
+def _block_ints(k: Kernel, blk: np.ndarray, a: np.ndarray) -> tuple[np.float32, np.float32, int, int]:
+    """(x.d, x.dmin, S1, S2) of one weight block against one q8_K block's quants ``a`` (S2 = 0 without mins)."""
+    d = blk[0:2].view(np.float16)[0].astype(np.float32)
+    if k.weight == "q6_K":
+        ql, qh, sc = blk[0:128].astype(np.int64), blk[128:192].astype(np.int64), blk[192:208].view(np.int8)
+        d = blk[208:210].view(np.float16)[0].astype(np.float32)
+        q = np.zeros(256, dtype=np.int64)
+        for half in range(2):
+            L, H = ql[64 * half:64 * half + 64], qh[32 * half:32 * half + 32]
+            o = 128 * half
+            q[o:o + 32] = (L[:32] & 0xF) | (((H >> 0) & 3) << 4)
+            q[o + 32:o + 64] = (L[32:] & 0xF) | (((H >> 2) & 3) << 4)
+            q[o + 64:o + 96] = (L[:32] >> 4) | (((H >> 4) & 3) << 4)
+            q[o + 96:o + 128] = (L[32:] >> 4) | (((H >> 6) & 3) << 4)
+        s1 = sum(int(sc[v // 16]) * int(q[v] - 32) * int(a[v]) for v in range(256))
+        return d, np.float32(0), s1, 0
+    dmin = blk[2:4].view(np.float16)[0].astype(np.float32)
+    sc, mn = _k4_scales_mins(blk[4:16])
+    if k.weight == "q4_K":
+        qs, qh = blk[16:144].astype(np.int64), None
+    else:  # q5_K
+        qh, qs = blk[16:48].astype(np.int64), blk[48:176].astype(np.int64)
+    q = np.zeros(256, dtype=np.int64)
+    for j in range(4):
+        lo, hi = qs[32 * j:32 * j + 32] & 0xF, qs[32 * j:32 * j + 32] >> 4
+        if qh is not None:
+            lo = lo + ((qh >> (2 * j)) & 1) * 16
+            hi = hi + ((qh >> (2 * j + 1)) & 1) * 16
+        q[64 * j:64 * j + 32], q[64 * j + 32:64 * j + 64] = lo, hi
+    s1 = sum(sc[v // 32] * int(q[v]) * int(a[v]) for v in range(256))
+    s2 = sum(mn[j] * int(a[32 * j:32 * j + 32].sum()) for j in range(8))
+    return d, dmin, s1, s2
+
+
+def canonical_dot(k: Kernel, row: np.ndarray, col: np.ndarray, order=None) -> np.float32:
+    """The dot product kquant_common.c defines, from the blocks' bytes (``order``: the blocks' order)."""
+    acc = np.float32(0.0)
+    for i in order if order is not None else range(N // k.block):
+        d, dmin, s1, s2 = _block_ints(k, row[i * k.weight_bytes:(i + 1) * k.weight_bytes], _q8_K(col, i)[1])
+        yd = _q8_K(col, i)[0]
+        r = _f32(s1) * d
+        if k.weight != "q6_K":
+            r = _fma(-dmin, _f32(s2), r)
+        acc = _fma(r, yd, acc)
+    return acc
+
+
+@pytest.mark.parametrize("k", KERNELS[1:], ids=lambda k: k.weight)
+def test_the_k_quant_kernels_compute_the_canonical_dot_product(libs, k):
+    """vec_dot (and so every column group, above) gives the exact model's bits on every row and column."""
+    _, cpu = libs
+    rows, cols = _data(libs, k, seed=11)
+    for r in rows[:8]:
+        for c in cols[:6]:
+            assert _one(cpu, k, r, c).tobytes() == canonical_dot(k, r, c).tobytes(), k.weight
+
+
+def test_the_canonical_model_sees_a_changed_block_order(libs):
+    """The model summed in another block order gives other bits on some pairs: the test above would see a
+    kernel that reordered its float steps."""
+    k = KERNELS[1]
+    rows, cols = _data(libs, k, seed=11)
+    nb = N // k.block
+    differ = sum(canonical_dot(k, r, c).tobytes() != canonical_dot(k, r, c, order=range(nb - 1, -1, -1)).tobytes()
+                 for r in rows[:8] for c in cols[:6])
+    assert differ > 0

@@ -199,10 +199,15 @@ def run(plan: dict[str, Any]) -> int:
 
                 from fucina.decoders import decoder_options
                 from fucina.doctor import cached_report, level_for
+                from fucina.speculative.decoder import SpecOptions
+                from fucina.speculative.policy import PolicyOptions
 
                 report = cached_report(model)
                 # The policy an LLM loaded as this one (exact or not) drafts with: the same draft cap.
-                policy = decoder_options(exact=args.exact, report=report).policy
+                base = None
+                if getattr(args, "max_draft", None) is not None:
+                    base = SpecOptions(policy=PolicyOptions(max_draft=args.max_draft))
+                policy = decoder_options(base, exact=args.exact, report=report).policy
                 meta.setdefault("levels", {})[name] = {"level": level_for(report, policy.max_draft),
                                                        "max_draft": policy.max_draft, "exact_load": args.exact}
                 res = run_suite(model, tasks, model_name=name, cost_table=table, methods=model_methods,

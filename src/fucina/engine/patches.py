@@ -9,7 +9,7 @@ below removes one of those switches, so that the kernel chosen for a weight tens
 type only. Together with loading without CPU weight repacking (``use_extra_bufts=False``; the
 repacked kernels split gemv for < 4 rows from gemm for 4+, and on this project's machines repacking
 bought no measurable speed, docs/benchmarks-archive/2026-12-01-xeon.md "The cost of exactness, side by side") every row is bitwise the row a
-single-token step computes, for any batch size (``fucina doctor`` checks 1-32 rows).
+single-token step computes, for any batch size (``fucina doctor`` checks 1-32 rows, the tests up to 64).
 
 The last four patches (:data:`Q4_1_COLUMNS`) add a kernel rather than remove a switch. With Q4_1
 weights every batch size took the one-column ``vec_dot`` per weight row and activation column, so a
@@ -19,12 +19,17 @@ column's result is computed exactly as before, so the kernel stays batch-invaria
 8 rows costs 2.8 plain steps instead of 3.5 (BENCHMARKS.md, "The Q4_1 column-group kernel").
 
 The K-quant patches (:data:`KQUANT_COLUMNS`, C in ``kernels/kquant_*.c``) do the same for Q4_K, Q5_K
-and Q6_K, the tensors of the Q4_K_M and Q5_K_M files most people run: a weight row meets up to 8
-activation columns per call and is unpacked once for all of them, and each
-column's result is bit for bit the one-column AVX2 ``vec_dot``'s — the integer lanes are the same
-numbers however they are summed, and the float steps are that kernel's, column by column
-(``tests/test_kernels.py`` checks every group size). So the patched engine computes on these files
-exactly what it computed before, only faster when rows share a forward.
+and Q6_K, the tensors of the Q4_K_M and Q5_K_M files most people run, and go one step further: they
+define the dot product itself (``kernels/kquant_common.c``) as the arithmetic of upstream's tiled
+K-quant kernel — exact integers per 256-value block, then three float steps per block in block order —
+and give it three implementations that compute it bit for bit: the one-column ``vec_dot`` (a decode
+step, at upstream's speed), column groups (a weight row unpacked once for up to 8 activation columns;
+verifies) and the tiled kernel itself (:data:`TILED_KQUANTS`; from 20 rows, so long verifies and
+prompt prefill run at upstream's fastest speed). Which one serves a batch is a question of speed only
+(``tests/test_kernels.py`` checks the first two against an exact model of the arithmetic, the engine
+tests every batch size and prefill split through all three). The numbers are not upstream vec_dot's:
+the patched engine's plain decoding rounds a little differently from stock's (distribution level
+between the two engines; ``tests/test_exact_engine.py`` keeps that difference at stock's own scale).
 
 Each :class:`SourcePatch` names the text it replaces, which must occur exactly once in the pinned
 sources: a changed upstream fails the build loudly instead of building something unpatched.
@@ -195,25 +200,72 @@ PATCHES: tuple[SourcePatch, ...] = (
     ),
     SourcePatch(
         path=_TILED,
-        before="        enabled = env == NULL || atoi(env) != 0;\n",
-        after=(
-            "        // fucina: off unless asked for. On, it must serve every batch size (below), and for one\n"
-            "        // row it is ~20% slower than vec_dot (BENCHMARKS.md), so vec_dot serves every size.\n"
-            "        enabled = env != NULL && atoi(env) != 0;\n"
-        ),
-        unifies="tiled K-quant matmul (8+ rows) vs vec_dot (fewer): off by default, vec_dot for every batch",
-    ),
-    SourcePatch(
-        path=_TILED,
         before=(
             "// GGML_CPU_TILED_MM_FORCE: test/bench only, take the tiled path even when unprofitable\n"
             "static bool ggml_tiled_matmul_forced(void) {\n"
         ),
         after=(
-            "// GGML_CPU_TILED_MM_FORCE: unused since fucina's patch (the tiled path is all or nothing)\n"
+            "// GGML_CPU_TILED_MM_FORCE: unused since fucina's patch (GGML_FUCINA_TILED_MIN sets the floor)\n"
             "[[maybe_unused]] static bool ggml_tiled_matmul_forced(void) {\n"
         ),
-        unifies="(no kernel change: the force switch is unused once the batch floor below is gone)",
+        unifies="(no kernel change: the force switch is unused once fucina sets the batch floor below)",
+    ),
+)
+
+# The tiled K-quant kernel (ggml-cpu/tiled): upstream's fastest path for 8+ rows of Q2_K..Q6_K and IQ
+# weights. Its arithmetic per (row, column) is exact integers per 256-value block and three float steps
+# per block; fucina's one-column and column-group kernels for Q4_K/Q5_K/Q6_K compute exactly those steps
+# (kernels/kquant_common.c), so for these types it may serve any batch size without changing a bit.
+_TILED_KERNEL = "ggml/src/ggml-cpu/tiled/tiled-kernel.cpp"
+
+TILED_KQUANTS: tuple[SourcePatch, ...] = (
+    SourcePatch(
+        path=_TILED,
+        before=(
+            "    switch (src0->type) {\n"
+            "        case GGML_TYPE_Q6_K:\n"
+            "        case GGML_TYPE_Q5_K:\n"
+            "        case GGML_TYPE_Q4_K:\n"
+            "        case GGML_TYPE_Q3_K:\n"
+            "        case GGML_TYPE_Q2_K:\n"
+            "        case GGML_TYPE_IQ4_XS:\n"
+            "        case GGML_TYPE_IQ2_XXS:\n"
+            "        case GGML_TYPE_IQ2_XS:\n"
+            "        case GGML_TYPE_IQ2_S:\n"
+            "        case GGML_TYPE_IQ3_XXS:\n"
+            "        case GGML_TYPE_IQ3_S:\n"
+            "        case GGML_TYPE_IQ1_S:\n"
+            "        case GGML_TYPE_IQ1_M:\n"
+            "            return true;\n"
+            "        default:\n"
+            "            return false;\n"
+            "    }\n"
+        ),
+        after=(
+            "    // fucina: only the K-quants whose vec_dot and column-group kernels compute this kernel's\n"
+            "    // arithmetic (fucina/engine/kernels/kquant_common.c); the other types keep vec_dot for every\n"
+            "    // batch size. (Upstream returned from the switch, so the src1 checks below never ran.)\n"
+            "    switch (src0->type) {\n"
+            "        case GGML_TYPE_Q6_K:\n"
+            "        case GGML_TYPE_Q5_K:\n"
+            "        case GGML_TYPE_Q4_K:\n"
+            "            break;\n"
+            "        default:\n"
+            "            return false;\n"
+            "    }\n"
+        ),
+        unifies=("tiled K-quant matmul vs vec_dot for Q2_K/Q3_K/IQ weights: vec_dot for every batch size; the "
+                 "tiled kernel only for the three types whose other kernels share its arithmetic"),
+    ),
+    SourcePatch(
+        path=_TILED,
+        before="#if !defined(__AVX512VNNI__) && !defined(__AVX2__) && !defined(__AVX__)\n",
+        after=(
+            "// fucina: the AVX-only and scalar microtiles round differently (no fused steps), so the tiled\n"
+            "// path runs only where its VNNI or AVX2+FMA microtile does, the arithmetic fucina's kernels share.\n"
+            "#if !(defined(__AVX2__) && defined(__FMA__))\n"
+        ),
+        unifies="tiled K-quant matmul on CPUs without AVX2+FMA: off (vec_dot for every batch size there)",
     ),
     SourcePatch(
         path=_TILED,
@@ -222,14 +274,35 @@ PATCHES: tuple[SourcePatch, ...] = (
             "    return rows >= 8 || ggml_tiled_matmul_forced();\n"
         ),
         after=(
-            "    // fucina: all or nothing. Upstream takes the tiled kernel from 8 rows on, so a row of a\n"
-            "    // 9-row verify and the same row of a 1-row step summed in different orders. When the\n"
-            "    // tiled path is enabled (GGML_CPU_TILED_MM=1) it now serves every batch size: its\n"
-            "    // per-element order over K slabs does not depend on how many rows share the tile.\n"
-            "    GGML_UNUSED(rows);\n"
-            "    return true;\n"
+            "    // fucina: the tiled kernel computes the column groups' bits (kquant_common.c), so where it\n"
+            "    // takes over is a question of speed alone: below FUCINA_TILED_MIN_ROWS the column groups are\n"
+            "    // faster (it pads every band to 16 columns). GGML_FUCINA_TILED_MIN=N moves the floor (the\n"
+            "    // tests run every batch size through both paths and compare the bits).\n"
+            "    static int fucina_floor = -1;  // a benign race: every thread computes the same value\n"
+            "    if (fucina_floor < 0) {\n"
+            "        const char * env = getenv(\"GGML_FUCINA_TILED_MIN\");\n"
+            "        fucina_floor = env != NULL && atoi(env) > 0 ? atoi(env) : FUCINA_TILED_MIN_ROWS;\n"
+            "    }\n"
+            "    return rows >= fucina_floor;\n"
         ),
-        unifies="tiled K-quant matmul's batch floor (rows >= 8): one path for every batch size when enabled",
+        unifies=("tiled K-quant matmul's batch floor: a speed choice only, since its rows are the column "
+                 "groups' and vec_dot's bits (Q4_K/Q5_K/Q6_K)"),
+    ),
+    SourcePatch(
+        path=_TILED,
+        before="static bool ggml_tiled_min_batch(int64_t rows) {\n",
+        after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine).\n"
+               "#define FUCINA_TILED_MIN_ROWS 20\n"
+               "static bool ggml_tiled_min_batch(int64_t rows) {\n"),
+        unifies="(no kernel change: the tiled kernel's default floor)",
+    ),
+    SourcePatch(
+        path=_TILED_KERNEL,
+        before="        _mm512_store_ps(p, _mm512_add_ps(_mm512_load_ps(p), _mm512_mul_ps(result, d1_vec)));\n",
+        after=("        // fucina: one fused step, as the AVX2 microtile and fucina's kernels take it (a separate\n"
+               "        // mul and add round twice, or once where the compiler contracts them).\n"
+               "        _mm512_store_ps(p, _mm512_fmadd_ps(result, d1_vec, _mm512_load_ps(p)));\n"),
+        unifies="tiled kernel's VNNI and AVX2 microtiles: the same fused accumulate into the result buffer",
     ),
 )
 
@@ -271,7 +344,7 @@ _Q6_K_DECL = ("void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_
 _CAST_COLS = ("(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
               "const void * GGML_RESTRICT vy, size_t by, int ncols)")
 #: The kernels' C: shared helpers, the groups in their ymm and zmm forms, the entry points.
-_KQUANT_KERNELS = (_kernel("kquant_common.c")
+_KQUANT_KERNELS = (_kernel("kquant_common.c") + _kernel("kquant_one.c")
                    + "\n#define FUCINA_WIDE 0\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
                    + "\n#define FUCINA_WIDE 1\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
                    + _kernel("kquant_entry.c"))
@@ -298,11 +371,53 @@ KQUANT_COLUMNS: tuple[SourcePatch, ...] = (
         before=_X86_QUANTS_END,
         after=_X86_QUANTS_END[:-2] + "}  // ggml_vec_dot_iq4_xs_q8_K\n" + _KQUANT_KERNELS,
         unifies=("Q4_K/Q5_K/Q6_K dot products: column-group kernels (1-8 activation columns per weight row, "
-                 "the row unpacked once) whose every column is bitwise the one-column vec_dot's"),
+                 "the row unpacked once) whose every column is the canonical dot product (kquant_common.c)"),
     ),
+    SourcePatch(
+        path=_X86_QUANTS,
+        before='#include "../../ggml-cpu-impl.h"\n',
+        after=('#include "../../ggml-cpu-impl.h"\n\n'
+               "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
+               "// fucina: the one-column K-quant kernels the vec_dot functions below call (defined at the end).\n"
+               "static inline float fucina_q4_K_one(const int nb, const block_q4_K * GGML_RESTRICT x,\n"
+               "                                    const block_q8_K * GGML_RESTRICT y);\n"
+               "static inline float fucina_q6_K_one(const int nb, const block_q6_K * GGML_RESTRICT x,\n"
+               "                                    const block_q8_K * GGML_RESTRICT y);\n"
+               "static inline void fucina_q5_K_group_ymm(const int nb, float * GGML_RESTRICT s, size_t bs,\n"
+               "        const block_q5_K * GGML_RESTRICT x, const void * GGML_RESTRICT vy, size_t by, const int ncols);\n"
+               "#endif\n"),
+        unifies="(no kernel change: declares the one-column K-quant kernels defined at the end of the file)",
+    ),
+) + tuple(
+    SourcePatch(
+        path=_X86_QUANTS,
+        before=head,
+        after=head + (
+            "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
+            "    // fucina: the canonical arithmetic the column groups and the tiled kernel share, for one column\n"
+            "    // (fucina/engine/kernels/kquant_common.c, kquant_one.c); upstream's body follows, unused.\n"
+            f"    {call}\n"
+            "    UNUSED(bs); UNUSED(bx); UNUSED(by);\n"
+            "    return;\n"
+            "#endif\n"
+        ),
+        unifies=(f"{t} one-column vec_dot: the canonical arithmetic of the column groups and the tiled kernel "
+                 "(AVX2+FMA), so a single-token step computes what a batch of any size computes"),
+    )
+    for t, head, call in (
+        ("q4_K", "void ggml_vec_dot_q4_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+                 "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
+         "*s = fucina_q4_K_one(n / QK_K, (const block_q4_K *) vx, (const block_q8_K *) vy);"),
+        ("q5_K", "void ggml_vec_dot_q5_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+                 "size_t bx, const void * GGML_RESTRICT vy,  size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
+         "fucina_q5_K_group_ymm(n / QK_K, s, 0, (const block_q5_K *) vx, vy, 0, 1);"),
+        ("q6_K", "void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
+                 "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
+         "*s = fucina_q6_K_one(n / QK_K, (const block_q6_K *) vx, (const block_q8_K *) vy);"),
+    )
 )
 
-PATCHES = PATCHES + Q4_1_COLUMNS + KQUANT_COLUMNS
+PATCHES = PATCHES + Q4_1_COLUMNS + KQUANT_COLUMNS + TILED_KQUANTS
 
 
 def patch_set_id(patches: tuple[SourcePatch, ...] = PATCHES) -> str:

@@ -8,23 +8,29 @@
 // one-column ggml_vec_dot_<type>_q8_K above unpacks the row's quants and scales again for each of
 // them, here that happens once per block for the whole group.
 //
-// Invariant: s[c*bs] is bit for bit what the one-column AVX2 kernel above returns for column c,
-// whatever ncols is and whichever instruction set this file was compiled for. Why:
-//   1. Integers are exact. Per 256-value block both kernels form the same 8 int32 lanes: lane m
-//      holds the sum, over the block's 32-byte chunks, of scale(chunk) * (the 4 products of bytes
-//      4m..4m+3 of that chunk). maddubs+madd+add (AVX2), maddubs+dpwssd (VNNI) and any order of
-//      those additions give the same numbers, and nothing overflows: a maddubs pair is at most
-//      2*63*128 < 2^15, a lane at most 16*63*2*2*63*128 < 2^31.
-//   2. Floats follow the one-column kernel operation for operation, per column: d = y.d * x.d,
-//      dmin = -y.d * x.dmin, one fmadd of cvt(lanes) into an 8-lane accumulator per block (and for
-//      Q4_K one 4-lane fmadd of the mins), the same reductions at the end. The group never mixes
-//      two columns in one float operation, so column c's bits cannot depend on its neighbours.
-// tests/test_kernels.py checks it for every group size on random blocks against the kernel above.
+// Invariant: s[c*bs] is bit for bit the canonical dot product of the row and column c defined below,
+// whatever ncols is and whichever instruction set this file was compiled for; so is the one-column
+// vec_dot of these types (it is this kernel with one column), and so is ggml's tiled K-quant kernel,
+// which the patch set lets serve large batches (fucina.engine.patches). The canonical dot product:
+//   1. Integers are exact. Per 256-value block i, S1[i] = sum over sub-blocks j of scale_j * (the
+//      sub-block's quant . q8 dot), with Q6_K's offset of 32 taken out as 32 * scale_j * bsum_j, and
+//      (Q4_K, Q5_K) S2[i] = sum_j min_j * (the sub-block's q8 sum). Every int32 lane partition and
+//      every order of those additions give the same two numbers (maddubs+madd, maddubs+dpwssd, the
+//      tiled kernel's dpbusd), and nothing overflows: a maddubs pair is at most 2*63*128 < 2^15, S1 at
+//      most 256*63*63*128 < 2^31.
+//   2. Floats, per block in block order, from acc = +0.0f (the tiled kernel's operations, one column):
+//        r   = (float) S1[i] * x.d                    (the row's fp16 scales widened to float)
+//        r   = fmaf(-x.dmin, (float) S2[i], r)        (Q4_K, Q5_K: the tiled kernel's fnmadd)
+//        acc = fmaf(r, y.d, acc)                      (the tiled kernel's fmadd into its buffer)
+//      and the result is acc. A column's floats never meet another column's.
+// tests/test_kernels.py checks every group size against the one-column kernel and both against an
+// exact model of these steps; the engine tests check the tiled kernel's rows against single steps.
 //
 // Worked example (Q4_K, n = 512: two blocks; ncols = 3): for block i the row's 128 quant bytes
 // become 8 vectors of 32 nibbles and its 12 scale bytes 8 scale vectors, once; then columns 0, 1
-// and 2 each take their 256 q8 bytes through 8 maddubs and 8 dpwssd into their own sumi, and their
-// own accumulators acc[0..2] take one fmadd each. A verify of 3 rows pays 1 unpack instead of 3.
+// and 2 each take their 256 q8 bytes through 8 maddubs and 8 dpwssd into their own sumi, whose
+// lanes add up to S1[i], and each column's acc takes the three float steps. A verify of 3 rows pays
+// 1 unpack instead of 3.
 // ============================================================================================
 
 #ifndef FUCINA_COLS_MAX
@@ -62,6 +68,59 @@ static inline __m128i fucina_k4_mins_prod(const __m128i mins, const block_q8_K *
     const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y->bsums);
     const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
     return _mm_madd_epi16(mins, q8s);
+}
+
+// S1 (8 int32 lanes) and S2 (4 lanes) of a block, each summed exactly, as floats in lanes 0 and 1.
+static inline __m128 fucina_s1_s2(const __m256i s1_lanes, const __m128i s2_lanes) {
+    const __m128i s1_4 = _mm_add_epi32(_mm256_castsi256_si128(s1_lanes), _mm256_extracti128_si256(s1_lanes, 1));
+    const __m128i h = _mm_hadd_epi32(s1_4, s2_lanes);  // s1 s1 s2 s2 (pair sums)
+    return _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));      // S1 S2 S1 S2
+}
+
+// One block's canonical float steps with a min term (item 2 above).
+static inline float fucina_block_with_min(const float acc, const __m128 s12, const float xd, const float xdmin,
+                                          const float yd) {
+    const float s1 = _mm_cvtss_f32(s12);
+    const float s2 = _mm_cvtss_f32(_mm_movehdup_ps(s12));
+    const float r = fmaf(-xdmin, s2, s1 * xd);
+    return fmaf(r, yd, acc);
+}
+
+// One block's canonical float steps without one (Q6_K).
+static inline float fucina_block(const float acc, const int s1, const float xd, const float yd) {
+    return fmaf((float) s1 * xd, yd, acc);
+}
+
+#define fucina_hsum_i32(v) hsum_i32_8(v)
+
+// Column c's integer sum in lane c, for 8 vectors of 8 lanes (c < 8): exact, like every sum of ints here.
+static inline __m256i fucina_hsum_8x8(const __m256i v[8]) {
+    const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    // q0 lane c (c < 4): column c's lanes 0-3 summed in the low half, lanes 4-7 in the high half.
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+// The same for 8 vectors of 4 lanes (the mins products).
+static inline __m256i fucina_hsum_8x4(const __m128i m[8]) {
+    const __m128i b0 = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+    const __m128i b1 = _mm_hadd_epi32(_mm_hadd_epi32(m[4], m[5]), _mm_hadd_epi32(m[6], m[7]));
+    return MM256_SET_M128I(b1, b0);
+}
+
+// Block i's y.d of columns 0..ncols-1, column c in lane c (0 past ncols).
+#define FUCINA_COL_D(y, i, ncols) _mm256_setr_ps((y)[0][i].d, \
+    (ncols) > 1 ? (y)[1][i].d : 0.0f, (ncols) > 2 ? (y)[2][i].d : 0.0f, (ncols) > 3 ? (y)[3][i].d : 0.0f, \
+    (ncols) > 4 ? (y)[4][i].d : 0.0f, (ncols) > 5 ? (y)[5][i].d : 0.0f, (ncols) > 6 ? (y)[6][i].d : 0.0f, \
+    (ncols) > 7 ? (y)[7][i].d : 0.0f)
+
+// Stores column c's result, lane c of acc, at s[c*bs].
+static inline void fucina_store_cols(float * GGML_RESTRICT s, size_t bs, const __m256 acc, const int ncols) {
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+    for (int c = 0; c < ncols; ++c) {
+        s[c*bs] = out[c];
+    }
 }
 
 #if defined(__GNUC__)

@@ -33,12 +33,9 @@ FUCINA_INLINE void FUCINA_GROUP(q4_K)(const int nb, float * GGML_RESTRICT s, siz
         const block_q4_K * GGML_RESTRICT x, const void * GGML_RESTRICT vy, size_t by, const int ncols) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const block_q8_K * GGML_RESTRICT y[FUCINA_COLS_MAX];
-    __m256 acc[FUCINA_COLS_MAX];
-    __m128 acc_m[FUCINA_COLS_MAX];
+    __m256 acc = _mm256_setzero_ps();  // column c in lane c
     for (int c = 0; c < ncols; ++c) {
         y[c] = (const block_q8_K *) ((const char *) vy + c * by);
-        acc[c] = _mm256_setzero_ps();
-        acc_m[c] = _mm_setzero_ps();
     }
     for (int i = 0; i < nb; ++i) {
         const __m256i mins_and_scales = fucina_k4_mins_and_scales(x[i].scales);
@@ -60,43 +57,22 @@ FUCINA_INLINE void FUCINA_GROUP(q4_K)(const int nb, float * GGML_RESTRICT s, siz
                 sumi[c] = FUCINA_DOT2(sumi[c], q4, sc, FUCINA_LOAD2(y[c][i].qs + 64*j));
             }
         }
-        // 3. Each column's float steps, as the one-column kernel takes them.
+        // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
         const float xd = GGML_CPU_FP16_TO_FP32(x[i].d);
         const float xdmin = GGML_CPU_FP16_TO_FP32(x[i].dmin);
         const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-        const __m256i mins2 = MM256_SET_M128I(mins, mins);
-        int c = 0;
-        for (; c + 1 < ncols; c += 2) {
-            // Two columns' mins at once, each in its own 128-bit half: per lane the same operations.
-            const block_q8_K * GGML_RESTRICT ya = y[c] + i;
-            const block_q8_K * GGML_RESTRICT yb = y[c+1] + i;
-            const __m256i bsa = _mm256_loadu_si256((const __m256i *) ya->bsums);
-            const __m256i bsb = _mm256_loadu_si256((const __m256i *) yb->bsums);
-            const __m256i q8s = _mm256_hadd_epi16(_mm256_permute2x128_si256(bsa, bsb, 0x20),
-                                                  _mm256_permute2x128_si256(bsa, bsb, 0x31));
-            const __m256i prod = _mm256_madd_epi16(mins2, q8s);
-            const __m256 dmin2 = _mm256_set_m128(_mm_set1_ps(-yb->d * xdmin), _mm_set1_ps(-ya->d * xdmin));
-            const __m256 am = _mm256_fmadd_ps(dmin2, _mm256_cvtepi32_ps(prod),
-                                              _mm256_set_m128(acc_m[c+1], acc_m[c]));
-            acc_m[c] = _mm256_castps256_ps128(am);
-            acc_m[c+1] = _mm256_extractf128_ps(am, 1);
+        __m256i s1[8];
+        __m128i s2[8];
+        for (int c = 0; c < 8; ++c) {
+            s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
+            s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
         }
-        for (; c < ncols; ++c) {
-            const block_q8_K * GGML_RESTRICT yc = y[c] + i;
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-yc->d * xdmin), _mm_cvtepi32_ps(fucina_k4_mins_prod(mins, yc)), acc_m[c]);
-        }
-        for (c = 0; c < ncols; ++c) {
-            const float d = y[c][i].d * xd;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(FUCINA_ISUM_FOLD(sumi[c])), acc[c]);
-        }
+        // Lane c: column c's r = S1 * x.d, r - x.dmin * S2 fused, acc + r * y.d fused (item 2).
+        const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
+                                          _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
+        acc = _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
     }
-    // 4. The one-column kernel's reductions.
-    for (int c = 0; c < ncols; ++c) {
-        __m128 am = acc_m[c];
-        am = _mm_add_ps(am, _mm_movehl_ps(am, am));
-        am = _mm_add_ss(am, _mm_movehdup_ps(am));
-        s[c*bs] = hsum_float_8(acc[c]) + _mm_cvtss_f32(am);
-    }
+    fucina_store_cols(s, bs, acc, ncols);
 }
 
 // ---- Q6_K ------------------------------------------------------------------------------------
@@ -106,10 +82,9 @@ FUCINA_INLINE void FUCINA_GROUP(q6_K)(const int nb, float * GGML_RESTRICT s, siz
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i m15 = _mm256_set1_epi8(15);
     const block_q8_K * GGML_RESTRICT y[FUCINA_COLS_MAX];
-    __m256 acc[FUCINA_COLS_MAX];
+    __m256 acc = _mm256_setzero_ps();  // column c in lane c
     for (int c = 0; c < ncols; ++c) {
         y[c] = (const block_q8_K *) ((const char *) vy + c * by);
-        acc[c] = _mm256_setzero_ps();
     }
     for (int i = 0; i < nb; ++i) {
         const __m128i scales = _mm_loadu_si128((const __m128i *) x[i].scales);
@@ -142,21 +117,25 @@ FUCINA_INLINE void FUCINA_GROUP(q6_K)(const int nb, float * GGML_RESTRICT s, siz
                 sumi[c] = FUCINA_DOT2(sumi[c], w23, s23, FUCINA_LOAD2(q8 + 64));
             }
         }
-        // 3. Each column: lanes minus 32 * sum(scale * bsum) (the values' offset of 32), one fmadd.
+        // 3. Each column: lanes minus 32 * sum(scale * bsum) (the values' offset of 32), then the block
+        //    in the canonical float steps (kquant_common.c, item 2; no min term).
         const float xd = GGML_CPU_FP16_TO_FP32(x[i].d);
         const __m256i scales_16 = _mm256_cvtepi8_epi16(scales);
-        for (int c = 0; c < ncols; ++c) {
-            const block_q8_K * GGML_RESTRICT yc = y[c] + i;
-            const float d = yc->d * xd;
-            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) yc->bsums);
-            const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d),
-                                     _mm256_cvtepi32_ps(_mm256_sub_epi32(FUCINA_ISUM_FOLD(sumi[c]), q8sclsub)), acc[c]);
+        __m256i s1[8];
+        for (int c = 0; c < 8; ++c) {
+            if (c < ncols) {
+                const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y[c][i].bsums);
+                const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+                s1[c] = _mm256_sub_epi32(FUCINA_ISUM_FOLD(sumi[c]), q8sclsub);
+            } else {
+                s1[c] = _mm256_setzero_si256();
+            }
         }
+        // Lane c: column c's acc + (S1 * x.d) * y.d fused (item 2, no min term).
+        const __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd));
+        acc = _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
     }
-    for (int c = 0; c < ncols; ++c) {
-        s[c*bs] = hsum_float_8(acc[c]);
-    }
+    fucina_store_cols(s, bs, acc, ncols);
 }
 
 // ---- Q5_K ------------------------------------------------------------------------------------
@@ -165,14 +144,10 @@ FUCINA_INLINE void FUCINA_GROUP(q5_K)(const int nb, float * GGML_RESTRICT s, siz
         const block_q5_K * GGML_RESTRICT x, const void * GGML_RESTRICT vy, size_t by, const int ncols) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i mone = _mm256_set1_epi8(1);
-    const __m128i mzero = _mm_setzero_si128();
     const block_q8_K * GGML_RESTRICT y[FUCINA_COLS_MAX];
-    __m256 acc[FUCINA_COLS_MAX];
-    float summs[FUCINA_COLS_MAX];
+    __m256 acc = _mm256_setzero_ps();  // column c in lane c
     for (int c = 0; c < ncols; ++c) {
         y[c] = (const block_q8_K *) ((const char *) vy + c * by);
-        acc[c] = _mm256_setzero_ps();
-        summs[c] = 0.0f;
     }
     for (int i = 0; i < nb; ++i) {
         const __m256i mins_and_scales = fucina_k4_mins_and_scales(x[i].scales);
@@ -201,24 +176,22 @@ FUCINA_INLINE void FUCINA_GROUP(q5_K)(const int nb, float * GGML_RESTRICT s, siz
                 sumi[c] = FUCINA_DOT2(sumi[c], q5, sc, FUCINA_LOAD2(y[c][i].qs + 64*j));
             }
         }
-        // 3. Each column: the mins as one int (the one-column kernel's summs, an explicit fmaf here;
-        //    its `summs += dmin * x` contracts to the same fused operation), one fmadd.
+        // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
         const float xd = GGML_CPU_FP16_TO_FP32(x[i].d);
         const float xdmin = GGML_CPU_FP16_TO_FP32(x[i].dmin);
         const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
-        for (int c = 0; c < ncols; ++c) {
-            const block_q8_K * GGML_RESTRICT yc = y[c] + i;
-            const float d = yc->d * xd;
-            const float dmin = -yc->d * xdmin;
-            const __m128i prod = fucina_k4_mins_prod(mins, yc);
-            const __m128i hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, mzero), mzero);
-            summs[c] = fmaf(dmin, (float) _mm_extract_epi32(hsum, 0), summs[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(FUCINA_ISUM_FOLD(sumi[c])), acc[c]);
+        __m256i s1[8];
+        __m128i s2[8];
+        for (int c = 0; c < 8; ++c) {
+            s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
+            s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
         }
+        // Lane c: column c's r = S1 * x.d, r - x.dmin * S2 fused, acc + r * y.d fused (item 2).
+        const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
+                                          _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
+        acc = _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
     }
-    for (int c = 0; c < ncols; ++c) {
-        s[c*bs] = hsum_float_8(acc[c]) + summs[c];
-    }
+    fucina_store_cols(s, bs, acc, ncols);
 }
 
 #undef FUCINA_ISUM
