@@ -20,6 +20,7 @@ from fucina.errors import (ChatTemplateMismatch, ChatTemplateMissing, ContextOve
                            StopSequencesNeedPlainDecoding)
 from fucina.sampling import SamplerOptions
 from fucina.speculative.decoder import SpecOptions
+from fucina.speculative.policy import PolicyOptions
 from fucina.speculative.costs import CostTable
 from fucina.speculative.sam import SamIndex
 from fucina.speculative.source import Draft
@@ -28,7 +29,9 @@ GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=1)
 PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, frequency_penalty=0.4, seed=3)
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
-ALWAYS = SpecOptions(verify_all=True)  # verify on every step: the hardest path for exactness
+# Verify on every step, the hardest path for exactness, with drafts of 16 (not the default 48) so a
+# 48-token reply takes several verifies and a turn can be cut between them.
+ALWAYS = SpecOptions(verify_all=True, policy=PolicyOptions(max_draft=16))
 QUESTIONS = ["Tell me about the sea.", "And the mountains?", "Tell me about the sea again."]
 
 END, START = 300, 301  # the fake template's special marker tokens

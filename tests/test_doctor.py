@@ -5,7 +5,7 @@ import pytest
 
 from fucina.backends.fake import FakeModel
 from fucina.cli import main
-from fucina.doctor import (InvarianceReport, advice, check_batch_invariance, effective_max_draft, exact_draft_cap,
+from fucina.doctor import (DEFAULT_MAX_DRAFT, InvarianceReport, advice, check_batch_invariance, effective_max_draft, exact_draft_cap,
                            level_for)
 
 
@@ -25,8 +25,8 @@ class DriftAbove(FakeModel):
 
 def test_fake_backend_is_exact_everywhere():
     r = check_batch_invariance(FakeModel())
-    assert r.level == "exact" and r.mismatched_rows == 0 and r.max_exact_rows == 32
-    assert exact_draft_cap(r) is None and effective_max_draft(r, True) == 16
+    assert r.level == "exact" and r.mismatched_rows == 0 and r.max_exact_rows == 64
+    assert exact_draft_cap(r) is None and effective_max_draft(r, True) == DEFAULT_MAX_DRAFT == 48
 
 
 def test_drift_above_a_batch_size_caps_drafts():

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 from fucina.speculative.costs import CostTable
 
-FULL_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-QUICK_NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+FULL_NS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 49, 64)
+QUICK_NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 49)
 _PROMPT = (
     "The committee reviewed the proposal in detail. Each section was read aloud, discussed, and "
     "amended where needed, and the final text was approved by a large majority of the members. "

@@ -5,6 +5,8 @@ Each test maps to a proof obligation in docs/design.md §2.3 (numbers in the nam
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,6 +26,8 @@ PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, freque
                            presence_penalty=0.3, seed=11)
 # A table under which every verify wins, so the policy never declines unless a test wants it to.
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
+#: Drafts of at most 16 (the default is 48), for tests whose premise is a generation of many steps.
+SHORT = PolicyOptions(max_draft=16)
 MODES = ["perfect", "garbage", "alternating", "partial"]
 
 
@@ -133,8 +137,9 @@ def test_3b_verify_uses_accepted_tokens_in_history_within_a_batch():
 def test_4b_exception_in_verify_forward_leaves_committed_cache():
     prompt, plain, _ = plain_run(GREEDY, n=40)
     m = FakeModel(seed=0)
+    # Drafts of 16: the first verify commits 17 of the 40 tokens, so later verifies remain to fail.
     d = SpeculativeDecoder(m, ScriptedSource(prompt + plain, m.vocab_size), Sampler(GREEDY),
-                           SpecOptions(verify_all=True), cost_table=CHEAP)
+                           SpecOptions(verify_all=True, policy=SHORT), cost_table=CHEAP)
     d.feed(prompt)
     it = d.generate(40)
     got = [next(it) for _ in range(5)]
@@ -220,7 +225,8 @@ def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
     m = FakeModel(seed=0)
     src = Phased(prompt + plain, m.vocab_size, "perfect", seed=2)
     costly = CostTable(((2, 1.5), (17, 4.0)), "test: verifies that pay only when drafts are right")
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=PolicyOptions(prior_weight=1.0)),
+    # Drafts of 16 (not the default 48): phases outlast a few verifies, so some drafts are declined.
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=dataclasses.replace(SHORT, prior_weight=1.0)),
                            cost_table=costly)
     d.feed(prompt)
     out, kinds, seen = [], [], (0, 0)
@@ -317,7 +323,8 @@ def test_6_a_source_that_raises_mid_generation_is_dropped_and_the_stream_is_plai
     m = FakeModel(seed=0)
     # observe is called once by feed(): let the fault come later, after some verifies succeeded.
     src = FailingSource(prompt + plain, m.vocab_size, "perfect", seed=5, method=method, after=4)
-    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(verify_all=True), cost_table=CHEAP)
+    # Drafts of 16: the stream takes enough steps for the fault to come mid-way.
+    d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(verify_all=True, policy=SHORT), cost_table=CHEAP)
     d.feed(m.tokenize("the cat sat on the mat. the cat sat on the "))
     out = list(d.generate(96))
     assert out == plain

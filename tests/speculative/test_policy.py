@@ -78,7 +78,7 @@ def test_best_length_is_the_argmax_of_the_value(table, base):
     p = DraftPolicy(table)
     for n in (1, 2, 5, 16, 30):
         k, v = p.best_length(n, base, "conversation")
-        values = {j: expected_value(p, "conversation", base, j) for j in range(2, min(n, 16) + 1)}
+        values = {j: expected_value(p, "conversation", base, j) for j in range(2, min(n, p.options.max_draft) + 1)}
         if not values or max(values.values()) <= 1.0:
             assert (k, v) == (0, 1.0)
         else:

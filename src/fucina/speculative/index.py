@@ -80,6 +80,11 @@ def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) ->
     return dataclasses.replace(base, recycling=base.recycling and pays)
 
 
+#: Fewest tokens a reference must share with the conversation's draft to draft instead of it
+#: (:meth:`SpeculationIndex._credit_reference`): the policy's shortest draft.
+_MIN_CREDIT = 2
+
+
 @dataclass(frozen=True)
 class CascadeOptions:
     """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
@@ -389,19 +394,23 @@ class SpeculationIndex:
 
     def _credit_reference(self, rest: list[tuple[int, int, _Score, _Drafter]], tokens: list[int],
                           budget: int) -> tuple[_Score, _Drafter, list[int]]:
-        """The conversation won: a reference that drafts the same tokens (and at least as many)
-        drafts instead, so a client's prediction that the prompt also quotes is credited.
+        """The conversation won: a reference whose draft is the conversation's, as far as the
+        reference goes (at least ``_MIN_CREDIT`` tokens, or all of the conversation's), drafts instead, so a
+        client's prediction that the prompt also quotes is credited with what it predicted.
 
         Example: the prompt quotes a file that is also the request's prediction, and the answer is
         copying it; the conversation matches 12 tokens (the code fence before the file too), the
         prediction 9, and both continue ``[a, b, c]`` -> ``ref0`` drafts ``[a, b, c, ...]``: the same
-        offer, credited to the prediction. Where they continue differently the conversation drafts.
+        offer, credited to the prediction. Near the prediction's end it offers what it has left (the
+        conversation's draft runs on past it; the next step drafts the rest). Where they continue
+        differently the conversation drafts.
         """
         for match, _, score, drafter in rest:
             if match < self.options.min_match:
                 break
             alt = [int(t) for t in drafter.draft(budget)]
-            if len(alt) >= len(tokens) and alt[:len(tokens)] == tokens:
+            common = min(len(alt), len(tokens))
+            if alt[:common] == tokens[:common] and common >= min(len(tokens), _MIN_CREDIT):
                 return score, drafter, alt
         return self._conv_score, self._conv, tokens
 

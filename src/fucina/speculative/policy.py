@@ -174,6 +174,13 @@ def kind_of(source_name: str | None) -> str:
     return "reference" if _REF.fullmatch(source_name) else source_name
 
 
+#: The longest draft a verify may carry by default. The policy's arithmetic (acceptance along the draft
+#: against the measured cost of n rows) decides the length below it; the cap only bounds the cost
+#: table's reach and the pricing loop. 48: long enough that a copy's verify pays for itself where the
+#: engine's large batches are cheap (BENCHMARKS.md, "Drafts as long as they pay").
+DEFAULT_MAX_DRAFT = 48
+
+
 @dataclass(frozen=True)
 class PolicyOptions:
     """Constants of the policy (validated loudly: degenerate values raise InvalidOption)."""
@@ -184,7 +191,7 @@ class PolicyOptions:
     min_gain: float = 0.10
     #: Shortest and longest verified draft.
     min_draft: int = 2
-    max_draft: int = 16
+    max_draft: int = DEFAULT_MAX_DRAFT
     #: Pseudo-trials behind each bucket's prior acceptance.
     prior_weight: float = 4.0
     #: Trials a bucket remembers: each new trial discounts its older ones by 1 - 1/memory, so a
