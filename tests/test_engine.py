@@ -35,7 +35,13 @@ def test_every_patch_says_what_it_unifies_and_replaces_its_text(tmp_path):
     sgemm = (tree / "ggml/src/ggml-cpu/llamafile/sgemm.cpp").read_text()
     assert "if (n < 2)\n        return false;" not in sgemm  # no single-row escape to vec_dot for every type
     tiled = (tree / "ggml/src/ggml-cpu/tiled/tiled.cpp").read_text()
-    assert "rows >= 8" not in tiled and "return true;" in tiled
+    # The tiled kernel serves the three K-quants whose other kernels share its arithmetic, from a floor
+    # that is a speed choice (upstream's 8) ...
+    assert "rows >= 8" not in tiled and "return rows >= fucina_floor;" in tiled
+    assert "GGML_TYPE_Q4_K:" in tiled and "GGML_TYPE_Q3_K" not in tiled and "GGML_TYPE_IQ4_XS" not in tiled
+    # ... and its VNNI microtile accumulates with the fused step its AVX2 microtile and fucina's take.
+    micro = (tree / "ggml/src/ggml-cpu/tiled/tiled-kernel.cpp").read_text()
+    assert "_mm512_fmadd_ps(result, d1_vec, _mm512_load_ps(p))" in micro and "_mm512_add_ps" not in micro
 
 
 def test_q4_1_weights_take_the_column_group_kernel_for_every_batch_size(tmp_path):

@@ -293,7 +293,7 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
         before="static bool ggml_tiled_min_batch(int64_t rows) {\n",
         after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine).\n"
                "#define FUCINA_TILED_MIN_ROWS 20\n"
-               "static bool ggml_tiled_min_batch(int64_t rows) {\n"),
+               "static bool ggml_tiled_min_batch(int64_t rows) {  // fucina: the floor below\n"),
         unifies="(no kernel change: the tiled kernel's default floor)",
     ),
     SourcePatch(
@@ -376,7 +376,7 @@ KQUANT_COLUMNS: tuple[SourcePatch, ...] = (
     SourcePatch(
         path=_X86_QUANTS,
         before='#include "../../ggml-cpu-impl.h"\n',
-        after=('#include "../../ggml-cpu-impl.h"\n\n'
+        after=('#include "../../ggml-cpu-impl.h"  // fucina: and the K-quant declarations below\n\n'
                "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
                "// fucina: the one-column K-quant kernels the vec_dot functions below call (defined at the end).\n"
                "static inline float fucina_q4_K_one(const int nb, const block_q4_K * GGML_RESTRICT x,\n"
@@ -392,7 +392,7 @@ KQUANT_COLUMNS: tuple[SourcePatch, ...] = (
     SourcePatch(
         path=_X86_QUANTS,
         before=head,
-        after=head + (
+        after=head[:-1] + "  // fucina: the canonical dot product below\n" + (
             "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
             "    // fucina: the canonical arithmetic the column groups and the tiled kernel share, for one column\n"
             "    // (fucina/engine/kernels/kquant_common.c, kquant_one.c); upstream's body follows, unused.\n"

@@ -16,8 +16,8 @@
 //      sub-block's quant . q8 dot), with Q6_K's offset of 32 taken out as 32 * scale_j * bsum_j, and
 //      (Q4_K, Q5_K) S2[i] = sum_j min_j * (the sub-block's q8 sum). Every int32 lane partition and
 //      every order of those additions give the same two numbers (maddubs+madd, maddubs+dpwssd, the
-//      tiled kernel's dpbusd), and nothing overflows: a maddubs pair is at most 2*63*128 < 2^15, S1 at
-//      most 256*63*63*128 < 2^31.
+//      tiled kernel's dpbusd), and nothing overflows: a maddubs pair is at most 2*63*128 < 2^15, and the
+//      largest sum, Q6_K's lanes before the offset comes out, at most 256*127*63*128 < 2^28.
 //   2. Floats, per block in block order, from acc = +0.0f (the tiled kernel's operations, one column):
 //        r   = (float) S1[i] * x.d                    (the row's fp16 scales widened to float)
 //        r   = fmaf(-x.dmin, (float) S2[i], r)        (Q4_K, Q5_K: the tiled kernel's fnmadd)
@@ -113,6 +113,20 @@ static inline __m256i fucina_hsum_8x4(const __m128i m[8]) {
     (ncols) > 1 ? (y)[1][i].d : 0.0f, (ncols) > 2 ? (y)[2][i].d : 0.0f, (ncols) > 3 ? (y)[3][i].d : 0.0f, \
     (ncols) > 4 ? (y)[4][i].d : 0.0f, (ncols) > 5 ? (y)[5][i].d : 0.0f, (ncols) > 6 ? (y)[6][i].d : 0.0f, \
     (ncols) > 7 ? (y)[7][i].d : 0.0f)
+
+// Q4_K and Q5_K (their scales and mins alike): block i's float steps for every column at once, column c
+// in lane c (item 2, lane by lane): r = S1 * x.d, then r - x.dmin * S2 fused, then acc + r * y.d fused.
+// s1[c]: column c's S1 lanes (zero past ncols); mins: the row's 8 sub-block mins as int16.
+static inline __m256 fucina_k4_block_cols(const __m256 acc, const __m256i s1[8], const __m128i mins, const float xd,
+        const float xdmin, const block_q8_K * GGML_RESTRICT const * y, const int i, const int ncols) {
+    __m128i s2[8];
+    for (int c = 0; c < 8; ++c) {
+        s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
+    }
+    const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
+    return _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
+}
 
 // Stores column c's result, lane c of acc, at s[c*bs].
 static inline void fucina_store_cols(float * GGML_RESTRICT s, size_t bs, const __m256 acc, const int ncols) {

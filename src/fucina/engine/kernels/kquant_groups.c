@@ -58,19 +58,12 @@ FUCINA_INLINE void FUCINA_GROUP(q4_K)(const int nb, float * GGML_RESTRICT s, siz
             }
         }
         // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
-        const float xd = GGML_CPU_FP16_TO_FP32(x[i].d);
-        const float xdmin = GGML_CPU_FP16_TO_FP32(x[i].dmin);
-        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
         __m256i s1[8];
-        __m128i s2[8];
         for (int c = 0; c < 8; ++c) {
             s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
-            s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
         }
-        // Lane c: column c's r = S1 * x.d, r - x.dmin * S2 fused, acc + r * y.d fused (item 2).
-        const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
-                                          _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
-        acc = _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
+        acc = fucina_k4_block_cols(acc, s1, _mm256_extracti128_si256(mins_and_scales, 1),
+                                   GGML_CPU_FP16_TO_FP32(x[i].d), GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
     }
     fucina_store_cols(s, bs, acc, ncols);
 }
@@ -177,19 +170,12 @@ FUCINA_INLINE void FUCINA_GROUP(q5_K)(const int nb, float * GGML_RESTRICT s, siz
             }
         }
         // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
-        const float xd = GGML_CPU_FP16_TO_FP32(x[i].d);
-        const float xdmin = GGML_CPU_FP16_TO_FP32(x[i].dmin);
-        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
         __m256i s1[8];
-        __m128i s2[8];
         for (int c = 0; c < 8; ++c) {
             s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
-            s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
         }
-        // Lane c: column c's r = S1 * x.d, r - x.dmin * S2 fused, acc + r * y.d fused (item 2).
-        const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
-                                          _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
-        acc = _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
+        acc = fucina_k4_block_cols(acc, s1, _mm256_extracti128_si256(mins_and_scales, 1),
+                                   GGML_CPU_FP16_TO_FP32(x[i].d), GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
     }
     fucina_store_cols(s, bs, acc, ncols);
 }
