@@ -9,7 +9,7 @@ below removes one of those switches, so that the kernel chosen for a weight tens
 type only. Together with loading without CPU weight repacking (``use_extra_bufts=False``; the
 repacked kernels split gemv for < 4 rows from gemm for 4+, and on this project's machines repacking
 bought no measurable speed, docs/benchmarks-archive/2026-12-01-xeon.md "The cost of exactness, side by side") every row is bitwise the row a
-single-token step computes, for any batch size (``fucina doctor`` checks 1-32 rows, the tests up to 64).
+single-token step computes, for any batch size (``fucina doctor`` and the tests check 1-64 rows).
 
 The last four patches (:data:`Q4_1_COLUMNS`) add a kernel rather than remove a switch. With Q4_1
 weights every batch size took the one-column ``vec_dot`` per weight row and activation column, so a
