@@ -70,29 +70,6 @@ static inline __m128i fucina_k4_mins_prod(const __m128i mins, const block_q8_K *
     return _mm_madd_epi16(mins, q8s);
 }
 
-// S1 (8 int32 lanes) and S2 (4 lanes) of a block, each summed exactly, as floats in lanes 0 and 1.
-static inline __m128 fucina_s1_s2(const __m256i s1_lanes, const __m128i s2_lanes) {
-    const __m128i s1_4 = _mm_add_epi32(_mm256_castsi256_si128(s1_lanes), _mm256_extracti128_si256(s1_lanes, 1));
-    const __m128i h = _mm_hadd_epi32(s1_4, s2_lanes);  // s1 s1 s2 s2 (pair sums)
-    return _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));      // S1 S2 S1 S2
-}
-
-// One block's canonical float steps with a min term (item 2 above).
-static inline float fucina_block_with_min(const float acc, const __m128 s12, const float xd, const float xdmin,
-                                          const float yd) {
-    const float s1 = _mm_cvtss_f32(s12);
-    const float s2 = _mm_cvtss_f32(_mm_movehdup_ps(s12));
-    const float r = fmaf(-xdmin, s2, s1 * xd);
-    return fmaf(r, yd, acc);
-}
-
-// One block's canonical float steps without one (Q6_K).
-static inline float fucina_block(const float acc, const int s1, const float xd, const float yd) {
-    return fmaf((float) s1 * xd, yd, acc);
-}
-
-#define fucina_hsum_i32(v) hsum_i32_8(v)
-
 // Column c's integer sum in lane c, for 8 vectors of 8 lanes (c < 8): exact, like every sum of ints here.
 static inline __m256i fucina_hsum_8x8(const __m256i v[8]) {
     const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -113,20 +90,6 @@ static inline __m256i fucina_hsum_8x4(const __m128i m[8]) {
     (ncols) > 1 ? (y)[1][i].d : 0.0f, (ncols) > 2 ? (y)[2][i].d : 0.0f, (ncols) > 3 ? (y)[3][i].d : 0.0f, \
     (ncols) > 4 ? (y)[4][i].d : 0.0f, (ncols) > 5 ? (y)[5][i].d : 0.0f, (ncols) > 6 ? (y)[6][i].d : 0.0f, \
     (ncols) > 7 ? (y)[7][i].d : 0.0f)
-
-// Q4_K and Q5_K (their scales and mins alike): block i's float steps for every column at once, column c
-// in lane c (item 2, lane by lane): r = S1 * x.d, then r - x.dmin * S2 fused, then acc + r * y.d fused.
-// s1[c]: column c's S1 lanes (zero past ncols); mins: the row's 8 sub-block mins as int16.
-static inline __m256 fucina_k4_block_cols(const __m256 acc, const __m256i s1[8], const __m128i mins, const float xd,
-        const float xdmin, const block_q8_K * GGML_RESTRICT const * y, const int i, const int ncols) {
-    __m128i s2[8];
-    for (int c = 0; c < 8; ++c) {
-        s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
-    }
-    const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
-                                      _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
-    return _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
-}
 
 // Stores column c's result, lane c of acc, at s[c*bs].
 static inline void fucina_store_cols(float * GGML_RESTRICT s, size_t bs, const __m256 acc, const int ncols) {

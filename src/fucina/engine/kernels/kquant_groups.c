@@ -23,6 +23,25 @@
 #define FUCINA_GROUP(t) fucina_##t##_group_ymm
 #endif
 
+// ---- Q4_K and Q5_K: a block's float steps (their scales and mins alike) ---------------------------
+//
+// Block i for every column at once, column c in lane c (kquant_common.c, item 2, lane by lane): the
+// column's integer lanes folded and summed to S1, its mins products to S2, then r = S1 * x.d,
+// r - x.dmin * S2 fused, acc + r * y.d fused.
+FUCINA_INLINE __m256 FUCINA_GROUP(k4_block)(const __m256 acc, const FUCINA_ISUM * sumi, const __m256i mins_and_scales,
+        const float xd, const float xdmin, const block_q8_K * GGML_RESTRICT const * y, const int i, const int ncols) {
+    const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+    __m256i s1[8];
+    __m128i s2[8];
+    for (int c = 0; c < 8; ++c) {
+        s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
+        s2[c] = c < ncols ? fucina_k4_mins_prod(mins, y[c] + i) : _mm_setzero_si128();
+    }
+    const __m256 r = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin), _mm256_cvtepi32_ps(fucina_hsum_8x4(s2)),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(fucina_hsum_8x8(s1)), _mm256_set1_ps(xd)));
+    return _mm256_fmadd_ps(r, FUCINA_COL_D(y, i, ncols), acc);
+}
+
 // ---- Q4_K ------------------------------------------------------------------------------------
 //
 // Loop order: per block, per 64-value chunk j the weight row's 64 nibbles and their two scales are
@@ -58,12 +77,8 @@ FUCINA_INLINE void FUCINA_GROUP(q4_K)(const int nb, float * GGML_RESTRICT s, siz
             }
         }
         // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
-        __m256i s1[8];
-        for (int c = 0; c < 8; ++c) {
-            s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
-        }
-        acc = fucina_k4_block_cols(acc, s1, _mm256_extracti128_si256(mins_and_scales, 1),
-                                   GGML_CPU_FP16_TO_FP32(x[i].d), GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
+        acc = FUCINA_GROUP(k4_block)(acc, sumi, mins_and_scales, GGML_CPU_FP16_TO_FP32(x[i].d),
+                                     GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
     }
     fucina_store_cols(s, bs, acc, ncols);
 }
@@ -170,12 +185,8 @@ FUCINA_INLINE void FUCINA_GROUP(q5_K)(const int nb, float * GGML_RESTRICT s, siz
             }
         }
         // 3. Each column's block in the canonical float steps (kquant_common.c, item 2).
-        __m256i s1[8];
-        for (int c = 0; c < 8; ++c) {
-            s1[c] = c < ncols ? FUCINA_ISUM_FOLD(sumi[c]) : _mm256_setzero_si256();
-        }
-        acc = fucina_k4_block_cols(acc, s1, _mm256_extracti128_si256(mins_and_scales, 1),
-                                   GGML_CPU_FP16_TO_FP32(x[i].d), GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
+        acc = FUCINA_GROUP(k4_block)(acc, sumi, mins_and_scales, GGML_CPU_FP16_TO_FP32(x[i].d),
+                                     GGML_CPU_FP16_TO_FP32(x[i].dmin), y, i, ncols);
     }
     fucina_store_cols(s, bs, acc, ncols);
 }

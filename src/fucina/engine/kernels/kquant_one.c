@@ -11,6 +11,27 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+// S1 (8 int32 lanes) and S2 (4 lanes) of a block, each summed exactly, as floats in lanes 0 and 1.
+static inline __m128 fucina_s1_s2(const __m256i s1_lanes, const __m128i s2_lanes) {
+    const __m128i s1_4 = _mm_add_epi32(_mm256_castsi256_si128(s1_lanes), _mm256_extracti128_si256(s1_lanes, 1));
+    const __m128i h = _mm_hadd_epi32(s1_4, s2_lanes);  // s1 s1 s2 s2 (pair sums)
+    return _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));      // S1 S2 S1 S2
+}
+
+// One block's canonical float steps with a min term (item 2 above).
+static inline float fucina_block_with_min(const float acc, const __m128 s12, const float xd, const float xdmin,
+                                          const float yd) {
+    const float s1 = _mm_cvtss_f32(s12);
+    const float s2 = _mm_cvtss_f32(_mm_movehdup_ps(s12));
+    const float r = fmaf(-xdmin, s2, s1 * xd);
+    return fmaf(r, yd, acc);
+}
+
+// One block's canonical float steps without one (Q6_K).
+static inline float fucina_block(const float acc, const int s1, const float xd, const float yd) {
+    return fmaf((float) s1 * xd, yd, acc);
+}
+
 // x.d and x.dmin of blocks a and b (two fp16 pairs, adjacent in each block) as floats: da dmina db dminb.
 static inline __m128 fucina_k4_dm2(const block_q4_K * GGML_RESTRICT xa, const block_q4_K * GGML_RESTRICT xb) {
     int32_t a, b;
@@ -116,7 +137,7 @@ static inline float fucina_q6_K_one(const int nb, const block_q6_K * GGML_RESTRI
         acc = fmaf(_mm_cvtss_f32(_mm_movehdup_ps(r)), y[i + 1].d, acc);
     }
     if (i < nb) {
-        acc = fucina_block(acc, fucina_hsum_i32(fucina_q6_K_lanes(x + i, y + i)), GGML_CPU_FP16_TO_FP32(x[i].d), y[i].d);
+        acc = fucina_block(acc, hsum_i32_8(fucina_q6_K_lanes(x + i, y + i)), GGML_CPU_FP16_TO_FP32(x[i].d), y[i].d);
     }
     return acc;
 }
