@@ -204,9 +204,7 @@ def run(plan: dict[str, Any]) -> int:
 
                 report = cached_report(model)
                 # The policy an LLM loaded as this one (exact or not) drafts with: the same draft cap.
-                base = None
-                if getattr(args, "max_draft", None) is not None:
-                    base = SpecOptions(policy=PolicyOptions(max_draft=args.max_draft))
+                base = None if args.max_draft is None else SpecOptions(policy=PolicyOptions(max_draft=args.max_draft))
                 policy = decoder_options(base, exact=args.exact, report=report).policy
                 meta.setdefault("levels", {})[name] = {"level": level_for(report, policy.max_draft),
                                                        "max_draft": policy.max_draft, "exact_load": args.exact}
