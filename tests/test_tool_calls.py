@@ -202,6 +202,13 @@ BARE = [
     ('{"result": 3}', '{"result": 3}', ()),
     ('{"name": "add", "arguments": {"a": 1', '{"name": "add", "arguments": {"a": 1', ()),  # cut off: content
     ("Plain answer.", "Plain answer.", ()),
+    # in one Markdown fence and pretty-printed, as Qwen2.5-Coder 1.5B writes it (llm -T)
+    ('```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```', "",
+     (("get_weather", '{"city": "Paris"}'),)),
+    ('```\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```\n', "", (("add", '{"a": 1, "b": 2}'),)),
+    ('```json\n{"name": "nope", "arguments": {}}\n```', '```json\n{"name": "nope", "arguments": {}}\n```', ()),
+    ('```python\nprint(1)\n```', '```python\nprint(1)\n```', ()),  # code, not a call
+    ('```json\n{"name": "add", "arguments": {}}\n``` done', '```json\n{"name": "add", "arguments": {}}\n``` done', ()),
 ]
 
 

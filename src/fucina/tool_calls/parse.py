@@ -19,7 +19,9 @@ Small models of the family (Qwen2.5-Coder 0.5B) often leave the tags out and ans
 object alone, ``{"name": "get_weather", "arguments": {...}}`` (or one per line). Given the tools'
 names, the parser holds back an answer whose start may be such an object and decides at the end: an
 answer that is nothing but calls of known tools is those calls (given whole, in the last chunk), any
-other is content. Feeding the whole answer at once gives the same calls and content as feeding it in any
+other is content. The same holds for such an answer inside one Markdown code fence (```` ```json ````
+... ```` ``` ````), as Qwen2.5-Coder 1.5B tends to write it (llama.cpp's Hermes parser takes fenced calls too).
+Feeding the whole answer at once gives the same calls and content as feeding it in any
 pieces (the non-streamed answer is the streamed one, joined).
 
 Parsing only reads text that was already generated: it cannot change a token (speculation stays
@@ -39,6 +41,8 @@ __all__ = ["CLOSE", "OPEN", "HermesParser", "assemble", "new_call_id", "parse_to
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
+#: How a bare answer may open: no fence, or a Markdown code fence (the call object on the next line).
+_FENCES = ("", "```json\n", "```\n")
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
@@ -64,9 +68,10 @@ class HermesParser:
     def __init__(self, new_id: Callable[[], str] = new_call_id, names: Sequence[str] = ()) -> None:
         self._new_id = new_id
         self._names = frozenset(names)
-        # An answer that starts with '{"name": "<a tool>", "arguments": ' may be bare calls (no tags):
-        # held whole ("yes") and decided at the end; "maybe" while its start could still be one.
-        self._heads = tuple(f'{{"name": "{n}", "arguments": ' for n in names)
+        # An answer that starts with '{"name": "<a tool>", "arguments": ' (perhaps fenced, in any layout:
+        # compared with whitespace removed) may be bare calls (no tags): held whole ("yes") and decided
+        # at the end; "maybe" while its start could still be one.
+        self._heads = tuple(_squeezed(fence + f'{{"name": "{n}", "arguments": ') for n in names for fence in _FENCES)
         self._bare: str | None = "maybe" if names else None
         self._buf = ""          # text outside a call not yet given out
         self._body: str | None = None  # the current call's text after <tool_call> (None: outside)
@@ -92,7 +97,7 @@ class HermesParser:
             self._body += text
         while True:
             if self._bare is not None and self._body is None:
-                start = self._buf.lstrip()
+                start = _squeezed(self._buf)
                 if self._bare == "yes" or not start or any(h.startswith(start) for h in self._heads):
                     return "".join(content), deltas
                 if any(start.startswith(h) for h in self._heads):
@@ -205,6 +210,11 @@ class HermesParser:
         self._after_call = True
 
 
+def _squeezed(text: str) -> str:
+    """``text`` without whitespace (tool names have none: OpenAI allows ``[a-zA-Z0-9_-]``)."""
+    return re.sub(r"\s+", "", text)
+
+
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)
@@ -226,8 +236,13 @@ def _whole_call(body: str) -> tuple[str, str] | None:
 
 
 def _bare_calls(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
-    """The calls of an answer made only of untagged call objects (one, or one per line), else []."""
-    whole = _whole_call(text.strip())
+    """The calls of an answer made only of untagged call objects (one, or one per line, perhaps in one
+    Markdown code fence), else []."""
+    text = text.strip()
+    fenced = re.fullmatch(r"```(?:json)?\n(.*?)\n?```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1).strip()
+    whole = _whole_call(text)
     parts = [whole] if whole is not None else [_whole_call(line) for line in text.splitlines() if line.strip()]
     if not parts or any(p is None or p[0] not in names for p in parts):
         return []
