@@ -157,17 +157,19 @@ class Server:
     """A server process on 127.0.0.1 serving ``model_path``; ``stop()`` ends it."""
 
     def __init__(self, kind: str, model: str, model_path: Path, ctx: int, threads: int, llama_server: str | None,
-                 log_dir: Path) -> None:
+                 log_dir: Path, served_name: str | None = None) -> None:
         self.kind = kind
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = server_command(kind, model, model_path, ctx=ctx, threads=threads, port=self.port,
                              llama_server=llama_server)
+        if served_name and kind.startswith("fucina"):  # the others answer to any name
+            cmd += ["--served-model-name", served_name]
         self.log = open(log_dir / f"{kind}.log", "a")  # appended: --fresh starts a server once per repeat
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.cmd = cmd
         #: The model id this server answers to (fucina checks it; the others accept any).
-        self.model_id = model_id(model) if kind.startswith("fucina") else "m"
+        self.model_id = served_name or (model_id(model) if kind.startswith("fucina") else "m")
 
     def wait_ready(self, httpx, timeout: float = 600) -> None:
         end = time.monotonic() + timeout

@@ -65,3 +65,17 @@ FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-g
   --out "$OUT/http-stock-fresh"
 FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
   --servers fucina,fucina-xreq,fucina-plain,llama-server,ngram-mod --llama-server "$LS" --out "$OUT/http-stock-warm"
+# Real models: Qwen2.5-Coder 1.5B (`fucina pull qwen2.5-coder-1.5b` first; skipped when it is not there).
+if python -c "from fucina.catalog import resolve_model; resolve_model('qwen2.5-coder-1.5b')" 2>/dev/null; then
+  Q=qwen2.5-coder-1.5b
+  fucina calibrate "$Q" --repeats 5 --out "$OUT/cost-$Q.json" > "$OUT/cost-$Q.txt"
+  fucina bench --tasks "$OUT/tasks.jsonl" --model "$Q" --repeats 3 --methods plain,fucina,plain_again --out "$OUT/suite-$Q"
+  for t in "--flat" "--cost-table $OUT/cost-$Q.json"; do
+    python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic --model "$Q" $t --budget 48
+  done > "$OUT/replay-traces-$Q.txt"
+  # Agents end to end: aider in its own environment (AIDER=V/bin/aider; skipped without it).
+  if [ -n "${AIDER:-}" ]; then
+    python -m benchmarks.aider --aider "$AIDER" --model "$Q" --servers fucina,fucina-plain,llama-server,ngram-mod \
+      --llama-server "$LS" --repeats 3 --out "$OUT/aider"
+  fi
+fi
