@@ -73,6 +73,15 @@ if python -c "from fucina.catalog import resolve_model; resolve_model('qwen2.5-c
   for t in "--flat" "--cost-table $OUT/cost-$Q.json"; do
     python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic --model "$Q" $t --budget 48
   done > "$OUT/replay-traces-$Q.txt"
+  # llama.cpp's draftless modes on the copy-shaped groups, 3 tasks each, through HTTP.
+  python - "$OUT/tasks.jsonl" > "$OUT/tasks-peers.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if json.loads(line)["group"] in ("copy", "code_edit", "rag_ref"):
+        print(line, end="")
+PY
+  python -m benchmarks.http --tasks "$OUT/tasks-peers.jsonl" --model "$Q" --per-group 3 --repeats 3 \
+    --servers fucina,fucina-plain,llama-server,ngram-mod,ngram-simple,ngram-map-k --llama-server "$LS" --out "$OUT/http-$Q"
   # Agents end to end: aider in its own environment (AIDER=V/bin/aider; skipped without it).
   if [ -n "${AIDER:-}" ]; then
     python -m benchmarks.aider --aider "$AIDER" --model "$Q" --servers fucina,fucina-plain,llama-server,ngram-mod \
