@@ -41,8 +41,10 @@ __all__ = ["CLOSE", "OPEN", "HermesParser", "assemble", "new_call_id", "parse_to
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
-#: How a bare answer may open: no fence, or a Markdown code fence (the call object on the next line).
+#: How a bare answer may open: no fence, or a Markdown code fence (the call object on the next line);
+#: ``_FENCED`` is the whole of such a fenced answer.
 _FENCES = ("", "```json\n", "```\n")
+_FENCED = re.compile(r"```(?:json)?\n(.*?)\n?```", re.DOTALL)
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
@@ -96,9 +98,11 @@ class HermesParser:
         else:
             self._body += text
         while True:
+            if self._bare == "yes":  # decided: held whole until finish(), nothing to look at again
+                return "".join(content), deltas
             if self._bare is not None and self._body is None:
                 start = _squeezed(self._buf)
-                if self._bare == "yes" or not start or any(h.startswith(start) for h in self._heads):
+                if not start or any(h.startswith(start) for h in self._heads):
                     return "".join(content), deltas
                 if any(start.startswith(h) for h in self._heads):
                     self._bare = "yes"
@@ -239,7 +243,7 @@ def _bare_calls(text: str, names: frozenset[str]) -> list[tuple[str, str]]:
     """The calls of an answer made only of untagged call objects (one, or one per line, perhaps in one
     Markdown code fence), else []."""
     text = text.strip()
-    fenced = re.fullmatch(r"```(?:json)?\n(.*?)\n?```", text, re.DOTALL)
+    fenced = _FENCED.fullmatch(text)
     if fenced:
         text = fenced.group(1).strip()
     whole = _whole_call(text)
