@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from benchmarks.http import SERVERS, Server
+from benchmarks.http import SERVERS, Server, decode_rate
 
 #: What aider is asked to do to every file (the request the issue about agents timed).
 INSTRUCTION = "Add type hints to every function and method."
@@ -234,35 +234,32 @@ def one_run(kind: str, *, aider: str, src: Path, repeat: int, model: str, model_
     tokens = count_tokens(first.content) if first else 0
     span = (first.end - first.first) if first and first.first is not None and first.end else 0.0
     edited = (run_dir / src.name).read_text(encoding="utf-8")
-    return Run(kind, src.name, repeat, wall, done.returncode, len(chats), ttft,
-               (tokens - 1) / span if span > 0 and tokens > 1 else 0.0, tokens, _compiles(edited),
+    return Run(kind, src.name, repeat, wall, done.returncode, len(chats), ttft, decode_rate(tokens, span), tokens,
+               _compiles(edited),
                hashlib.sha256(edited.encode()).hexdigest()[:16], "Unknown context window size" in said,
                [e.temperature for e in chats])
 
 
+def _plain_files(runs: Sequence[Run]) -> dict[tuple[str, int], str]:
+    """``(file, repeat) -> sha`` of the file ``fucina-plain`` wrote: what every other edit is compared with."""
+    return {(r.file, r.repeat): r.output_sha for r in runs if r.server == "fucina-plain"}
+
+
 def _table(runs: Sequence[Run], servers: Sequence[str], files: Sequence[str]) -> list[str]:
     base = "fucina" if "fucina" in servers else servers[0]
-    plain = {(r.file, r.repeat): r.output_sha for r in runs if r.server == "fucina-plain"}
+    plain = _plain_files(runs)
     lines = ["| file | server | wall (s) | TTFT (s) | decode tok/s | requests | same file as fucina-plain | compiles | "
              f"context warning | wall / {base}'s |", "|---|---|---:|---:|---:|---:|---|---|---|---:|"]
-    walls = {}
-    for f in files:
-        for s in servers:
-            rs = [r for r in runs if r.file == f and r.server == s]
-            if rs:
-                walls[f, s] = statistics.median(r.wall for r in rs)
-    for f in files:
-        for s in servers:
-            rs = [r for r in runs if r.file == f and r.server == s]
-            if not rs:
-                continue
-            same = [plain.get((r.file, r.repeat)) == r.output_sha for r in rs if (r.file, r.repeat) in plain]
-            ratio = walls[f, s] / walls[f, base] if (f, base) in walls else float("nan")
-            lines.append(f"| {f} | {s} | {walls[f, s]:.1f} | {statistics.median(r.ttft for r in rs):.1f} | "
-                         f"{statistics.median(r.decode_tps for r in rs):.1f} | "
-                         f"{'/'.join(str(r.requests) for r in rs)} | "
-                         f"{f'{sum(same)}/{len(same)}' if same else '-'} | {sum(r.compiles for r in rs)}/{len(rs)} | "
-                         f"{sum(r.context_warning for r in rs)}/{len(rs)} | {ratio:.2f}x |")
+    cells = {(f, s): rs for f in files for s in servers if (rs := [r for r in runs if r.file == f and r.server == s])}
+    walls = {key: statistics.median(r.wall for r in rs) for key, rs in cells.items()}
+    for (f, s), rs in cells.items():
+        same = [plain[r.file, r.repeat] == r.output_sha for r in rs if (r.file, r.repeat) in plain]
+        ratio = walls[f, s] / walls[f, base] if (f, base) in walls else float("nan")
+        lines.append(f"| {f} | {s} | {walls[f, s]:.1f} | {statistics.median(r.ttft for r in rs):.1f} | "
+                     f"{statistics.median(r.decode_tps for r in rs):.1f} | "
+                     f"{'/'.join(str(r.requests) for r in rs)} | "
+                     f"{f'{sum(same)}/{len(same)}' if same else '-'} | {sum(r.compiles for r in rs)}/{len(rs)} | "
+                     f"{sum(r.context_warning for r in rs)}/{len(rs)} | {ratio:.2f}x |")
     lines += ["", f"Wall time against `{base}` (median over files of the per-file medians; above 1 = slower than {base}):",
               ""]
     for s in servers:
@@ -330,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (a.out / "results.json").write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in runs]}, indent=1))
     (a.out / "results.md").write_text(text)
     print(text)
-    plain = {(r.file, r.repeat): r.output_sha for r in runs if r.server == "fucina-plain"}
+    plain = _plain_files(runs)
     differ = [r for r in runs if r.server == "fucina" and (r.file, r.repeat) in plain
               and plain[r.file, r.repeat] != r.output_sha]
     if differ:

@@ -118,7 +118,7 @@ class InProcess:
         wall = time.perf_counter() - t0
         ttft = (first - t0) if first is not None else wall
         span = (last - first) if first is not None and last is not None else 0.0
-        return "".join(parts), tokens, ttft, ((tokens - 1) / span if span > 0 and tokens > 1 else 0.0), wall
+        return "".join(parts), tokens, ttft, decode_rate(tokens, span), wall
 
     def stop(self) -> None:
         self.llm.close()
@@ -222,8 +222,13 @@ def stream_completion(httpx, url: str, model: str, prompt: str, max_tokens: int,
     tokens = usage_tokens if usage_tokens else count_tokens(text)
     ttft = (first - t0) if first is not None else wall
     span = (last - first) if first is not None and last is not None else 0.0
-    tps = (tokens - 1) / span if span > 0 and tokens > 1 else 0.0
-    return text, tokens, ttft, tps, wall
+    return text, tokens, ttft, decode_rate(tokens, span), wall
+
+
+def decode_rate(tokens: int, span: float) -> float:
+    """Tokens per second after the first: ``tokens - 1`` arrived in the ``span`` seconds from the first
+    content to the last (0 when there is no such span)."""
+    return (tokens - 1) / span if span > 0 and tokens > 1 else 0.0
 
 
 def _render(tok, text: str) -> str:
