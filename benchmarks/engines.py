@@ -42,18 +42,25 @@ NS = (1, 2, 4, 8, 12, 16, 17, 24, 32)
 
 
 def _engine_name(spec: str) -> str:
-    """The name an engine spec is reported under (``NAME=DIR`` -> NAME)."""
-    return spec.split("=", 1)[0]
+    """The name an engine spec is reported under (``NAME=DIR`` -> NAME; settings after ``@`` dropped)."""
+    return spec.split("@", 1)[0].split("=", 1)[0]
 
 
 def _engine_env(spec: str) -> dict[str, str]:
+    """The environment of an engine spec: ``stock``, ``patched``, ``NAME=DIR``, each optionally followed by
+    ``@VAR=VALUE`` settings for that engine alone (``after-cols=DIR@GGML_FUCINA_TILED_MIN=1000``)."""
     from fucina.engine_selection import env_for
 
+    spec, *settings = spec.split("@")
     if "=" in spec:  # FUCINA_ENGINE takes a directory as it is
         env = env_for("stock")
         env["FUCINA_ENGINE"] = str(Path(spec.split("=", 1)[1]).expanduser())
-        return env
-    return env_for("stock" if spec == "stock-norepack" else spec)
+    else:
+        env = env_for("stock" if spec == "stock-norepack" else spec)
+    for setting in settings:
+        var, _, value = setting.partition("=")
+        env[var] = value
+    return env
 _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held the letters of one "
            "family, tied with string, and a card listing the senders. ") * 3
 
@@ -133,7 +140,8 @@ def _worker(a: argparse.Namespace) -> int:
 
 
 def _spawn(engine: str, model: str, what: str, **kw) -> dict:
-    load = "stock" if engine == "stock" else "exact"  # stock-norepack and the builds: no extra buffer types
+    base = engine.split("@", 1)[0]  # the engine without its settings
+    load = "stock" if base == "stock" else "exact"  # stock-norepack and the builds: no extra buffer types
     cmd = [sys.executable, "-m", "benchmarks.engines", "--worker", model, "--engine", load, "--what", what]
     for k, v in kw.items():
         if v is not None:
@@ -143,7 +151,7 @@ def _spawn(engine: str, model: str, what: str, **kw) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"{engine}/{model}/{what} failed:\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    expected = "patched" if "=" in engine else "stock" if engine.startswith("stock") else engine
+    expected = "patched" if "=" in base else "stock" if base.startswith("stock") else base
     if res["engine"] != expected:
         raise RuntimeError(f"asked for the {engine} engine, the worker ran on {res['engine']}")
     return res
@@ -256,7 +264,9 @@ def render(res: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help="stock, stock-norepack, no-llamafile, patched or NAME=DIR, each optionally with @VAR=VALUE "
+                         "settings for that engine alone (e.g. cols=DIR@GGML_FUCINA_TILED_MIN=1000)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds over the engines (default 5)")
     ap.add_argument("--samples", type=int, default=15, help="forwards per size per round (default 15)")
     ap.add_argument("--prompt-file", default=str(Path(__file__).resolve().parents[1] / "tests" / "data" / "prompts.jsonl"))
@@ -275,13 +285,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.worker:
         return _worker(a)
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    bad = [e for e in engines if e not in ENGINES and not ("=" in e and Path(e.split("=", 1)[1]).is_dir())]
+
+    def known(spec: str) -> bool:
+        base, *settings = spec.split("@")
+        return ((base in ENGINES or ("=" in base and Path(base.split("=", 1)[1]).expanduser().is_dir()))
+                and all("=" in setting for setting in settings))
+
+    bad = [e for e in engines if not known(e)]
     try:
         ns = sorted({1, *(int(n) for n in a.ns.split(","))})
     except ValueError:
         ns = []
     if bad or a.repeats < 1 or a.samples < 1 or not ns or ns[0] < 1 or a.prefill < 0:
-        ap.error(f"--engines takes {', '.join(ENGINES)} or NAME=DIR (a built engine directory); --repeats and "
+        ap.error(f"--engines takes {', '.join(ENGINES)} or NAME=DIR (a built engine directory), each optionally "
+                 f"with @VAR=VALUE settings; --repeats and "
                  "--samples >= 1; --ns whole numbers >= 1; --prefill >= 0")
     res = run([m for m in a.models.split(",") if m], engines, a.repeats, a.samples, a.prompt_file, a.prompts, a.gen,
               ns, a.prefill)

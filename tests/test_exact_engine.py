@@ -75,18 +75,23 @@ def test_doctor_says_exact_for_every_batch_size_by_default(env, model):
 ALL_PATHS_KS = (2, 3, 5, 8, 9, 15, 16, 17, 20, 24, 31, 33, 48, 64)
 
 
-@pytest.mark.parametrize("tiled_floor", ["default", "2", "1000"])
-def test_every_batch_size_up_to_64_is_bitwise_whichever_k_quant_kernel_serves_it(env, tiled_floor):
+@pytest.mark.parametrize(("tiled_floor", "amx"), [("default", "default"), ("2", "default"), ("1000", "default"),
+                                                  ("default", "0"), ("2", "0")])
+def test_every_batch_size_up_to_64_is_bitwise_whichever_k_quant_kernel_serves_it(env, tiled_floor, amx):
     """Gemma 3's Q4_K/Q6_K weights with the tiled kernel from its default floor, from 2 rows (it serves
-    every batch: its narrow path too) and never (the column groups serve every batch): every row of
-    every batch is bitwise the single-token row. A kernel whose arithmetic parted from the canonical
-    one (kquant_common.c) would fail here at the batch sizes it serves."""
+    every batch: its narrow path too) and never (the column groups serve every batch), with its AMX
+    microtile where the CPU has AMX (default) and with its VNNI/AVX2 one (``GGML_FUCINA_AMX=0``): every
+    row of every batch is bitwise the single-token row. A kernel whose arithmetic parted from the
+    canonical one (kquant_common.c) would fail here at the batch sizes it serves (the AMX microtile
+    only on a CPU that runs it: elsewhere both settings take the same kernel)."""
     code = ("import fucina, fucina.doctor as d; llm = fucina.LLM('gemma3-270m', n_ctx=1024, progress=False); "
             f"r = d.check_batch_invariance(llm.model, ks={ALL_PATHS_KS!r}); "
             "print(r.rows, r.mismatched_rows, r.max_exact_rows)")
     run_env = dict(env)
     if tiled_floor != "default":
         run_env["GGML_FUCINA_TILED_MIN"] = tiled_floor
+    if amx != "default":
+        run_env["GGML_FUCINA_AMX"] = amx
     r = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == [str(sum(ALL_PATHS_KS)), "0", "64"], r.stdout

@@ -269,3 +269,90 @@ def test_the_canonical_model_sees_a_changed_block_order(libs):
     differ = sum(canonical_dot(k, r, c).tobytes() != canonical_dot(k, r, c, order=range(nb - 1, -1, -1)).tobytes()
                  for r in rows[:8] for c in cols[:6])
     assert differ > 0
+
+
+# -- the tiled kernel through ggml's own mul_mat ---------------------------------------------------------
+#
+# From its row floor (GGML_FUCINA_TILED_MIN) every batch of Q4_K/Q5_K/Q6_K rows goes through ggml's tiled
+# kernel: its narrow path up to 16 columns, its wide bands beyond, with the AMX microtile where the CPU
+# runs it (kernels/tiled_amx.cpp) and the VNNI/AVX2 one otherwise or with GGML_FUCINA_AMX=0. Each column
+# of a batched product must be bitwise the single-column product (vec_dot), whatever the batch.
+
+GGML_TYPES = {"q4_K": 12, "q5_K": 13, "q6_K": 14}
+MATMUL_NS = (1, 2, 3, 8, 15, 16, 17, 24, 33, 64)
+MATMUL_ROWS = 80  # weight rows: five 16-row microtiles
+MATMUL_K = 1024  # four 256-value blocks
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def matmul_columns(libs, weight: str, first: int, n: int) -> np.ndarray:
+    """ggml_mul_mat of MATMUL_ROWS random quantized weight rows by the random float columns first..first+n-1
+    (the same 64 columns for every call), as an (n, rows) array."""
+    base, cpu = libs
+    base.ggml_init.restype = ctypes.c_void_p
+    base.ggml_init.argtypes = [_InitParams]
+    base.ggml_new_tensor_2d.restype = ctypes.c_void_p
+    base.ggml_new_tensor_2d.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    base.ggml_mul_mat.restype = ctypes.c_void_p
+    base.ggml_mul_mat.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    base.ggml_new_graph.restype = ctypes.c_void_p
+    base.ggml_new_graph.argtypes = [ctypes.c_void_p]
+    base.ggml_build_forward_expand.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    base.ggml_get_data.restype = ctypes.c_void_p
+    base.ggml_get_data.argtypes = [ctypes.c_void_p]
+    base.ggml_free.argtypes = [ctypes.c_void_p]
+    cpu.ggml_graph_compute_with_ctx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    k = next(k for k in KERNELS if k.weight == weight)
+    rng = np.random.default_rng(sum(map(ord, weight)))
+    w = (rng.standard_normal((MATMUL_ROWS, MATMUL_K)) * rng.choice([0.5, 1, 4], size=(MATMUL_ROWS, MATMUL_K),
+                                                                   p=[0.3, 0.65, 0.05])).astype(np.float32)
+    x = np.ascontiguousarray((rng.standard_normal((64, MATMUL_K)) * 3).astype(np.float32)[first:first + n])
+    wq = getattr(base, f"quantize_row_{weight}_ref")
+    wq.restype = None
+    packed = np.concatenate([_quantize(wq, r, k.weight_bytes, k.block) for r in w])
+    ctx = base.ggml_init(_InitParams(64 << 20, None, False))
+    try:
+        a = base.ggml_new_tensor_2d(ctx, GGML_TYPES[weight], MATMUL_K, MATMUL_ROWS)
+        b = base.ggml_new_tensor_2d(ctx, 0, MATMUL_K, n)  # GGML_TYPE_F32
+        ctypes.memmove(base.ggml_get_data(a), packed.ctypes.data, packed.nbytes)
+        ctypes.memmove(base.ggml_get_data(b), x.ctypes.data, x.nbytes)
+        out = base.ggml_mul_mat(ctx, a, b)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, out)
+        assert cpu.ggml_graph_compute_with_ctx(ctx, graph, 2) == 0  # GGML_STATUS_SUCCESS
+        res = np.ctypeslib.as_array((ctypes.c_float * (MATMUL_ROWS * n)).from_address(base.ggml_get_data(out)))
+        return res.reshape(n, MATMUL_ROWS).copy()
+    finally:
+        base.ggml_free(ctx)
+
+
+def check_matmul_batches(libs) -> str:
+    """For each K-quant type, every batch's column c is bitwise column c alone; returns which microtile ran."""
+    _, cpu = libs
+    cpu.fucina_tiled_amx.restype = ctypes.c_bool
+    for weight in GGML_TYPES:
+        alone = np.concatenate([matmul_columns(libs, weight, c, 1) for c in range(64)])
+        assert np.isfinite(alone).all() and np.abs(alone).max() > 0
+        for n in MATMUL_NS:
+            for first in (0, 64 - n):
+                got = matmul_columns(libs, weight, first, n)
+                want = alone[first:first + n]
+                assert got.tobytes() == want.tobytes(), (weight, n, first, np.argwhere(got != want)[:4])
+    return "amx" if cpu.fucina_tiled_amx() else "vnni/avx2"
+
+
+@pytest.mark.parametrize("amx", ["1", "0"])
+def test_every_column_of_a_tiled_matmul_is_the_single_column_product(amx):
+    """Through ggml_mul_mat with the tiled kernel from 2 rows: for each K-quant type and batch size, column
+    c is bitwise column c computed alone; with the AMX microtile (where the CPU runs it) and without."""
+    from fucina.cpu import cpu_has_amx
+
+    code = "import tests.test_kernels as t; libs = t.load_libs(); print(t.check_matmul_batches(libs))"
+    env = {**os.environ, "GGML_FUCINA_AMX": amx, "GGML_FUCINA_TILED_MIN": "2"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == ("amx" if amx == "1" and cpu_has_amx() else "vnni/avx2"), r.stdout

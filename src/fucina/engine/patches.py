@@ -27,7 +27,9 @@ step, at upstream's speed), column groups (a weight row unpacked once for up to 
 verifies) and the tiled kernel itself (:data:`TILED_KQUANTS`; from 20 rows, so long verifies and
 prompt prefill run at upstream's fastest speed). Which one serves a batch is a question of speed only
 (``tests/test_kernels.py`` checks the first two against an exact model of the arithmetic, the engine
-tests every batch size and prefill split through all three). The numbers are not upstream vec_dot's:
+tests every batch size and prefill split through all three). Where the CPU has AMX-INT8 the tiled kernel's
+microtile is fucina's (``kernels/tiled_amx.cpp``): the tile unit sums the same integers (each weight
+folded once with its sub-block scale) and the float steps are the VNNI microtile's. The numbers are not upstream vec_dot's:
 the patched engine's plain decoding rounds a little differently from stock's (distribution level
 between the two engines; ``tests/test_exact_engine.py`` keeps that difference at stock's own scale).
 
@@ -281,7 +283,8 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
             "    static int fucina_floor = -1;  // a benign race: every thread computes the same value\n"
             "    if (fucina_floor < 0) {\n"
             "        const char * env = getenv(\"GGML_FUCINA_TILED_MIN\");\n"
-            "        fucina_floor = env != NULL && atoi(env) > 0 ? atoi(env) : FUCINA_TILED_MIN_ROWS;\n"
+            "        fucina_floor = env != NULL && atoi(env) > 0 ? atoi(env)\n"
+            "                     : fucina_tiled_amx() ? FUCINA_TILED_MIN_ROWS_AMX : FUCINA_TILED_MIN_ROWS;\n"
             "    }\n"
             "    return rows >= fucina_floor;\n"
         ),
@@ -291,8 +294,11 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
     SourcePatch(
         path=_TILED,
         before="static bool ggml_tiled_min_batch(int64_t rows) {\n",
-        after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine).\n"
+        after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine),\n"
+               "// with its VNNI or AVX2 microtile and with the AMX one (tiled-kernel.cpp, fucina_tiled_amx).\n"
                "#define FUCINA_TILED_MIN_ROWS 20\n"
+               "#define FUCINA_TILED_MIN_ROWS_AMX 20\n"
+               "extern \"C\" bool fucina_tiled_amx(void);\n"
                "static bool ggml_tiled_min_batch(int64_t rows) {  // fucina: the floor below\n"),
         unifies="(no kernel change: the tiled kernel's default floor)",
     ),
@@ -303,6 +309,53 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
                "        // mul and add round twice, or once where the compiler contracts them).\n"
                "        _mm512_store_ps(p, _mm512_fmadd_ps(result, d1_vec, _mm512_load_ps(p)));\n"),
         unifies="tiled kernel's VNNI and AVX2 microtiles: the same fused accumulate into the result buffer",
+    ),
+) + (
+    SourcePatch(
+        path=_TILED_KERNEL,
+        before=("template <int SUBBLK, bool HAS_MIN, int BIAS, bool ACTBIAS>\n"
+                "void tiled_run_microtile(const tiled_tile_src0 & src0, const tiled_tile_src1 & src1,\n"
+                "                         int i0, int j0, int num_k, int slab, float * buf, int buf_stride) {\n"
+                "    const bool standard = (num_k == 1);\n"),
+        after=(_kernel("tiled_amx.cpp") + "\n"
+               "// fucina: whether the AMX microtile serves this process (tiled.cpp sets its row floor by it).\n"
+               "extern \"C\" bool fucina_tiled_amx(void) {\n"
+               "#if FUCINA_AMX_BUILD\n"
+               "    return fucina_amx_on();\n"
+               "#else\n"
+               "    return false;\n"
+               "#endif\n"
+               "}\n\n"
+               "template <int SUBBLK, bool HAS_MIN, int BIAS, bool ACTBIAS>\n"
+               "void tiled_run_microtile(const tiled_tile_src0 & src0, const tiled_tile_src1 & src1,\n"
+               "                         int i0, int j0, int num_k, int slab, float * buf, int buf_stride) {\n"
+               "#if FUCINA_AMX_BUILD\n"
+               "    // fucina: the AMX microtile where the CPU runs it (the VNNI microtile's bits, tiled_amx.cpp)\n"
+               "    if constexpr (FUCINA_AMX_FORMAT(SUBBLK, HAS_MIN, BIAS)) {\n"
+               "        if (fucina_amx_on()) {\n"
+               "            fucina_amx_microtile<SUBBLK, HAS_MIN>(src0, src1, i0, j0, num_k, slab, buf, buf_stride);\n"
+               "            return;\n"
+               "        }\n"
+               "    }\n"
+               "#endif\n"
+               "    const bool standard = (num_k == 1);\n"),
+        unifies=("tiled K-quant microtile on AMX CPUs: tile-unit integer sums of the same S1/S2, the VNNI "
+                 "microtile's float steps (Q4_K/Q5_K/Q6_K), so its rows are the other kernels' bits"),
+    ),
+    SourcePatch(
+        path=_TILED_KERNEL,
+        before=("void tiled_repack_src0(tiled_tile_src0 * tile, int n_rows, int num_k, int BIAS, bool corr) {\n"
+                "#if defined(__AVX2__)\n"),
+        after=("void tiled_repack_src0(tiled_tile_src0 * tile, int n_rows, int num_k, int BIAS, bool corr) {\n"
+               "#if FUCINA_AMX_BUILD\n"
+               "    // fucina: the AMX microtile's weight planes, once per weight tile (tiled_amx.cpp)\n"
+               "    if (FUCINA_AMX_FORMAT(SUBBLK, SUBBLK == 32, BIAS) && fucina_amx_on()) {\n"
+               "        fucina_amx_fold<SUBBLK>(tile, n_rows, num_k, BIAS);\n"
+               "        return;\n"
+               "    }\n"
+               "#endif\n"
+               "#if defined(__AVX2__)\n"),
+        unifies="(no kernel change: the AMX microtile's weight fold, in the tiled kernel's weight repack)",
     ),
 )
 
