@@ -176,7 +176,8 @@ def effective_max_draft(report: InvarianceReport, exact_mode: bool) -> int:
 #: The doctor's word on a CPU with AMX.
 AMX_ADVICE = ("this CPU has AMX: fucina loads models without extra buffer types by default, because llama.cpp's "
               "AMX buffer type segfaults in batched matmuls (llama.cpp #20824), and the patched engine is built "
-              "without the AMX kernels; --repack on a stock engine brings them, and the crash, back")
+              "without llama.cpp's AMX kernels (its K-quant verifies and prefill use fucina's own AMX microtile, "
+              "bitwise the other kernels' rows); --repack on a stock engine brings them, and the crash, back")
 
 
 def advice(report: InvarianceReport, *, engine_variant: str, exact_load: bool, amx_cpu: bool = False) -> list[str]:

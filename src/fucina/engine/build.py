@@ -10,7 +10,9 @@ Two variants, each in its own directory beside the user's standard install (pip'
   so BENCHMARKS.md can price it side by side.
 
 Both leave ggml-cpu's AMX kernels out (:func:`cmake_args`): they are another kernel for batched rows
-(not batch-invariant), and their buffer type segfaults in batched matmuls (llama.cpp #20824). The
+(not batch-invariant), and their buffer type segfaults in batched matmuls (llama.cpp #20824). (The
+patch set's own AMX microtile, ``kernels/tiled_amx.cpp``, is compiled with function-level target
+attributes and chosen at run time, so these flags leave it in.) The
 manifest records the CMake arguments, and a build made with other ones counts as stale.
 
 A build is atomic: it goes to ``<dir>.tmp`` and is renamed into place only when pip succeeded and the

@@ -297,8 +297,7 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
         after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine),\n"
                "// with its VNNI or AVX2 microtile and with the AMX one (tiled-kernel.cpp, fucina_tiled_amx).\n"
                "#define FUCINA_TILED_MIN_ROWS 20\n"
-               "#define FUCINA_TILED_MIN_ROWS_AMX 20\n"
-               "extern \"C\" bool fucina_tiled_amx(void);\n"
+               "#define FUCINA_TILED_MIN_ROWS_AMX 8\n"
                "static bool ggml_tiled_min_batch(int64_t rows) {  // fucina: the floor below\n"),
         unifies="(no kernel change: the tiled kernel's default floor)",
     ),
@@ -348,14 +347,76 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
                 "#if defined(__AVX2__)\n"),
         after=("void tiled_repack_src0(tiled_tile_src0 * tile, int n_rows, int num_k, int BIAS, bool corr) {\n"
                "#if FUCINA_AMX_BUILD\n"
-               "    // fucina: the AMX microtile's weight planes, once per weight tile (tiled_amx.cpp)\n"
+               "    // fucina: nothing to repack for the AMX microtile (fucina_amx_unpack wrote its planes)\n"
                "    if (FUCINA_AMX_FORMAT(SUBBLK, SUBBLK == 32, BIAS) && fucina_amx_on()) {\n"
-               "        fucina_amx_fold<SUBBLK>(tile, n_rows, num_k, BIAS);\n"
                "        return;\n"
                "    }\n"
                "#endif\n"
                "#if defined(__AVX2__)\n"),
-        unifies="(no kernel change: the AMX microtile's weight fold, in the tiled kernel's weight repack)",
+        unifies="(no kernel change: the weight repack has nothing to do for the AMX microtile)",
+    ),
+    SourcePatch(
+        path=_TILED,
+        before="#define UNUSED GGML_UNUSED\n",
+        after=("#define UNUSED GGML_UNUSED\n\n"
+               "// fucina: the AMX microtile (tiled-kernel.cpp, fucina/engine/kernels/tiled_amx.cpp): whether it\n"
+               "// serves this process, and its unpack of the three K-quants straight into its weight planes.\n"
+               "extern \"C\" bool fucina_tiled_amx(void);\n"
+               "void fucina_amx_unpack(const block_q4_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"
+               "void fucina_amx_unpack(const block_q5_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"
+               "void fucina_amx_unpack(const block_q6_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"),
+        unifies="(no kernel change: declares the AMX microtile's switch and unpack)",
+    ),
+) + tuple(
+    SourcePatch(
+        path=_TILED,
+        before=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
+                "tiled_tile_src0 * tile, int num_k) {\n    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"),
+        after=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
+               "tiled_tile_src0 * tile, int num_k) {\n    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"
+               "    if (fucina_tiled_amx()) {  // fucina: the AMX microtile's planes instead (the same integers)\n"
+               "        fucina_amx_unpack(rows, row_stride, n_rows, tile, num_k);\n"
+               "        return;\n"
+               "    }\n"),
+        unifies=f"(no kernel change: {t} weights unpacked for the AMX microtile where it runs)",
+    )
+    for t in ("q4_K", "q5_K", "q6_K")
+) + (
+    SourcePatch(
+        path=_TILED,
+        before=("            // result buffer zeroed once per macrotile\n"
+                "            memset(ws->acc, 0, (size_t)TILED_TILE_ROWS * TILED_TILE_ROWS * sizeof(float));\n"),
+        after=("            // result buffer zeroed once per macrotile; fucina: only the rows and the 16-padded\n"
+               "            // columns the microtiles write and the store reads (a narrow band zeroed 256 KB for\n"
+               "            // 16 columns; every result still starts from +0.0)\n"
+               "            {\n"
+               "                const int n0p = (n_src0 + TILED_MICRO - 1) / TILED_MICRO * TILED_MICRO;\n"
+               "                const int n1p = (n_src1 + TILED_MICRO - 1) / TILED_MICRO * TILED_MICRO;\n"
+               "                for (int i = 0; i < n0p; i++) {\n"
+               "                    memset(ws->acc + (size_t) i * TILED_TILE_ROWS, 0, (size_t) n1p * sizeof(float));\n"
+               "                }\n"
+               "            }\n"),
+        unifies="(no kernel change: the tiled kernel zeroes only the part of its result buffer a window uses)",
+    ),
+    SourcePatch(
+        path=_TILED,
+        before=("static int ggml_tiled_narrow_k_extent(int64_t n_rows, int64_t ne00) {\n"
+                "    int l1 = 31 * 1024;"),
+        after=("static int ggml_tiled_narrow_k_extent(int64_t n_rows, int64_t ne00) {\n"
+               "    // fucina: with the AMX microtile, the longest run of blocks the tile buffers hold (16 slabs)\n"
+               "    // that divides the row: 16 weight rows are read in runs of up to 4096 values (whole rows\n"
+               "    // of most models: one sequential stream), not L1-sized pieces of 16 rows apart. Blocks\n"
+               "    // still meet each result in row order, so no bit changes.\n"
+               "    if (fucina_tiled_amx()) {\n"
+               "        for (int ke = 16 * TILED_TILE_K; ke > TILED_TILE_K; ke -= TILED_TILE_K) {\n"
+               "            if (ne00 % ke == 0) {\n"
+               "                return ke;\n"
+               "            }\n"
+               "        }\n"
+               "        return TILED_TILE_K;\n"
+               "    }\n"
+               "    int l1 = 31 * 1024;"),
+        unifies="(no kernel change: the tiled kernel's narrow path reads longer runs of a row under AMX)",
     ),
 )
 

@@ -20,13 +20,14 @@
 // (lo 120, hi 0); q = 15 with scale 63 gives w = 945 (lo 177, hi 3). C_lo adds 120 * a + 177 * a',
 // C_hi adds 3 * a', and S1 = C_lo + 256 * C_hi = 120 a + 945 a', the sub-block sums' value.
 //
-// The fold runs in tiled_repack_src0 (once per weight tile, reused by every column band), the
-// microtile replaces tiled_run_microtile for the three types. GGML_FUCINA_AMX=0 switches AMX off
+// The fold runs in the unpack (tiled.cpp's tiled_unpack_src0 hands the three types over to
+// fucina_amx_unpack: once per weight tile, reused by every column band), the microtile replaces
+// tiled_run_microtile for them. GGML_FUCINA_AMX=0 switches AMX off
 // (tests run both paths on one machine and compare the bits).
 // ============================================================================================
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__) && defined(__AVX512BW__)
+    defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #define FUCINA_AMX_BUILD 1
 
 #include <cpuid.h>
@@ -94,46 +95,151 @@ FUCINA_AMX_TARGET static void fucina_amx_configure(void) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
-// Fold a freshly unpacked weight tile into the planes (see the top): w = scale * (q - BIAS), lo and
-// hi its two bytes; with sub-blocks of 32 (the types with mins) also the mins as pairs (m0 | m1 << 16)
-// for the dpwssd of S2. Then this thread's tile configuration, for the microtiles that follow.
-template <int SUBBLK>
-FUCINA_AMX_TARGET static void fucina_amx_fold(const tiled_tile_src0 * tile, int n_rows, int num_k, int bias) {
-    constexpr int NB = TILED_TILE_K / SUBBLK;
-    const int nb_stride = NB * num_k;
-    const int qk_stride = num_k * TILED_TILE_K;
+// ---- the weights: unpacked from their blocks straight into the planes ---------------------------
+//
+// For the three types, tiled.cpp's unpack hands over to these where AMX runs: per block, the codes are
+// extracted in 16-bit lanes (the values tiled_unpack_src0 writes as bytes), multiplied by their
+// sub-block scale minus the bias (w = scale * (q - BIAS)), and the low and high bytes of each w go to the
+// lo and hi planes (vpermt2b picks them from two vectors of 32 lanes: 64 values, two sub-blocks of 32 or
+// four of 16, in the tile's order). d and dmin go where tiled_unpack_src0 puts them; the mins as int16
+// pairs. tiled_unpack_src0's tile->q, scales and mins are not written: nothing reads them on this path.
+
+FUCINA_AMX_TARGET static inline __m512i fucina_amx_even_bytes(void) {
+    alignas(64) int8_t idx[64];
+    for (int i = 0; i < 64; i++) {
+        idx[i] = (int8_t) (2 * i);  // byte 2i of the pair (w_a, w_b): the low byte of lane i
+    }
+    return _mm512_load_si512((const __m512i *) idx);
+}
+
+// The 64 values' w as planes: lanes 0..31 of wa then of wb.
+FUCINA_AMX_TARGET static inline void fucina_amx_store_planes(fucina_amx_ws * ws, int off, __m512i wa, __m512i wb,
+                                                             __m512i even) {
+    _mm512_store_si512((__m512i *) &ws->lo[off], _mm512_permutex2var_epi8(wa, even, wb));
+    _mm512_store_si512((__m512i *) &ws->hi[off],
+                       _mm512_permutex2var_epi8(wa, _mm512_add_epi8(even, _mm512_set1_epi8(1)), wb));
+}
+
+// Rows are read one block (num_k == 1, the wide path: 256 rows apart in memory order) or a run of
+// num_k blocks (the narrow path) at a time; the block PF rows ahead is asked for now, so DRAM's latency
+// passes while this one is unpacked (the hardware prefetcher does not follow 256 interleaved streams).
+template <typename B>
+static inline void fucina_amx_prefetch(const B * rows, int64_t row_stride, int n_rows, int r, int slab, int num_k) {
+    const int pf = num_k == 1 ? 6 : 1;
+    if (r + pf < n_rows) {
+        const char * next = (const char *) &rows[(r + pf) * row_stride + slab];
+        for (size_t line = 0; line < sizeof(B); line += 64) {
+            _mm_prefetch(next + line, _MM_HINT_T0);
+        }
+        _mm_prefetch(next + sizeof(B) - 1, _MM_HINT_T0);
+    }
+}
+
+// Q4_K/Q5_K's 12 packed bytes as 8 scales and 8 mins (tiled_unpack_src0's decode).
+static inline void fucina_amx_k4_scales(const uint8_t * packed, uint8_t sc[8], uint8_t mn[8]) {
+    static const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    uint32_t utmp[4];
+    memcpy(utmp, packed, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    memcpy(sc, &utmp[0], 8);
+    memcpy(mn, &utmp[2], 8);
+}
+
+// Q4_K (QH = false) and Q5_K (QH = true, the fifth bit of chunk c's values from qh bits 2c and 2c+1).
+template <typename B, bool QH>
+FUCINA_AMX_TARGET static void fucina_amx_unpack_k4(const B * rows, int64_t row_stride, int n_rows,
+                                                   tiled_tile_src0 * tile, int num_k) {
+    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);
     fucina_amx_ws * ws = fucina_amx_ws_get();
+    const int qk_stride = num_k * TILED_TILE_K;
+    const __m512i even = fucina_amx_even_bytes();
+    const __m512i m4 = _mm512_set1_epi16(0xF), one = _mm512_set1_epi16(1);
     for (int r = 0; r < n_rows; r++) {
         for (int slab = 0; slab < num_k; slab++) {
-            const int32_t * scales = &tile->scales[r * nb_stride + slab * NB];
-            const int q0 = r * qk_stride + slab * TILED_TILE_K;
-            if constexpr (SUBBLK == 32) {
-                for (int s = 0; s < NB; s++) {
-                    const __m512i q = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) &tile->q[q0 + 32 * s]));
-                    const __m512i w = _mm512_mullo_epi16(_mm512_sub_epi16(q, _mm512_set1_epi16((int16_t) bias)),
-                                                         _mm512_set1_epi16((int16_t) scales[s]));
-                    _mm256_store_si256((__m256i *) &ws->lo[q0 + 32 * s], _mm512_cvtepi16_epi8(w));
-                    _mm256_store_si256((__m256i *) &ws->hi[q0 + 32 * s], _mm512_cvtepi16_epi8(_mm512_srai_epi16(w, 8)));
+            const B & x = rows[r * row_stride + slab];
+            fucina_amx_prefetch(rows, row_stride, n_rows, r, slab, num_k);
+            const int d_off = slab * TILED_MICRO + r;
+            tile->d[d_off] = _cvtsh_ss(x.data.data.d);
+            tile->dmin[d_off] = _cvtsh_ss(x.data.data.dmin);
+            uint8_t sc[8], mn[8];
+            fucina_amx_k4_scales(x.scales, sc, mn);
+            // the 8 mins widened to int16 are the 4 pairs mn[2p] | mn[2p+1] << 16 as int32 (little-endian)
+            _mm_storeu_si128((__m128i *) &ws->minpair[(r * num_k + slab) * 4], _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) mn)));
+            __m512i h = _mm512_setzero_si512();
+            if constexpr (QH) {
+                h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) x.qh));
+            }
+            const int off = r * qk_stride + slab * TILED_TILE_K;
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (x.qs + 32 * c)));
+                __m512i a = _mm512_and_si512(v, m4);   // sub-block 2c: the low nibbles
+                __m512i b = _mm512_srli_epi16(v, 4);   // sub-block 2c+1: the high nibbles
+                if constexpr (QH) {
+                    a = _mm512_or_si512(a, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * c), one), 4));
+                    b = _mm512_or_si512(b, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * c + 1), one), 4));
                 }
-                const int32_t * mins = &tile->mins[r * nb_stride + slab * NB];
-                for (int p = 0; p < NB / 2; p++) {
-                    ws->minpair[(r * num_k + slab) * (NB / 2) + p] =
-                        (int32_t) ((uint32_t) (mins[2 * p] & 0xFFFF) | ((uint32_t) mins[2 * p + 1] << 16));
-                }
-            } else {
-                for (int s = 0; s < NB; s += 2) {
-                    // two 16-value sub-blocks: scale s in the low 16 lanes, scale s+1 in the high 16
-                    const __m512i q = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) &tile->q[q0 + 16 * s]));
-                    const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi16((int16_t) scales[s]),
-                                                          _mm256_set1_epi16((int16_t) scales[s + 1]), 1);
-                    const __m512i w = _mm512_mullo_epi16(_mm512_sub_epi16(q, _mm512_set1_epi16((int16_t) bias)), sc);
-                    _mm256_store_si256((__m256i *) &ws->lo[q0 + 16 * s], _mm512_cvtepi16_epi8(w));
-                    _mm256_store_si256((__m256i *) &ws->hi[q0 + 16 * s], _mm512_cvtepi16_epi8(_mm512_srai_epi16(w, 8)));
-                }
+                fucina_amx_store_planes(ws, off + 64 * c,
+                                        _mm512_mullo_epi16(a, _mm512_set1_epi16(sc[2 * c])),
+                                        _mm512_mullo_epi16(b, _mm512_set1_epi16(sc[2 * c + 1])), even);
             }
         }
     }
     fucina_amx_configure();
+}
+
+// Q6_K: per half of the block, 128 six-bit values from ql (4 bits) and qh (2 bits) in tiled_unpack_src0's
+// order, w = scale * (q - 32) with a scale per 16 values.
+FUCINA_AMX_TARGET static void fucina_amx_unpack_q6(const block_q6_K * rows, int64_t row_stride, int n_rows,
+                                                   tiled_tile_src0 * tile, int num_k) {
+    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);
+    fucina_amx_ws * ws = fucina_amx_ws_get();
+    const int qk_stride = num_k * TILED_TILE_K;
+    const __m512i even = fucina_amx_even_bytes();
+    const __m512i m4 = _mm512_set1_epi16(0xF), m2 = _mm512_set1_epi16(3), bias = _mm512_set1_epi16(32);
+    // lanes 0..15 take scale 2p, lanes 16..31 scale 2p+1 (vpermw of the 16 widened scales)
+    const __m512i halves = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+    for (int r = 0; r < n_rows; r++) {
+        for (int slab = 0; slab < num_k; slab++) {
+            const block_q6_K & x = rows[r * row_stride + slab];
+            fucina_amx_prefetch(rows, row_stride, n_rows, r, slab, num_k);
+            tile->d[slab * TILED_MICRO + r] = _cvtsh_ss(x.d);
+            const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) x.scales)));
+            const int off = r * qk_stride + slab * TILED_TILE_K;
+            for (int half = 0; half < 2; half++) {
+                const __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (x.ql + 64 * half)));
+                const __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (x.ql + 64 * half + 32)));
+                const __m512i hb = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (x.qh + 32 * half)));
+                __m512i q[4];
+                q[0] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
+                q[1] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
+                q[2] = _mm512_or_si512(_mm512_srli_epi16(l0, 4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
+                q[3] = _mm512_or_si512(_mm512_srli_epi16(l1, 4), _mm512_slli_epi16(_mm512_srli_epi16(hb, 6), 4));
+                __m512i w[4];
+                for (int i = 0; i < 4; i++) {
+                    const int s = 8 * half + 2 * i;  // values 32i..32i+31 of this half: sub-blocks s, s+1
+                    const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(halves, _mm512_set1_epi16((int16_t) s)), sc);
+                    w[i] = _mm512_mullo_epi16(_mm512_sub_epi16(q[i], bias), scale);
+                }
+                fucina_amx_store_planes(ws, off + 128 * half, w[0], w[1], even);
+                fucina_amx_store_planes(ws, off + 128 * half + 64, w[2], w[3], even);
+            }
+        }
+    }
+    fucina_amx_configure();
+}
+
+void fucina_amx_unpack(const block_q4_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k) {
+    fucina_amx_unpack_k4<block_q4_K, false>(rows, row_stride, n_rows, tile, num_k);
+}
+void fucina_amx_unpack(const block_q5_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k) {
+    fucina_amx_unpack_k4<block_q5_K, true>(rows, row_stride, n_rows, tile, num_k);
+}
+void fucina_amx_unpack(const block_q6_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k) {
+    fucina_amx_unpack_q6(rows, row_stride, n_rows, tile, num_k);
 }
 
 // One 16x16 microtile (weight rows i0.., activation columns j0.., slab `slab` of num_k), as
@@ -207,7 +313,7 @@ FUCINA_AMX_TARGET static void fucina_amx_microtile(const tiled_tile_src0 & src0,
     }
 }
 
-// The formats the fold and the microtile serve: Q4_K/Q5_K (sub-blocks of 32 with mins, no bias) and
+// The formats the unpack and the microtile serve: Q4_K/Q5_K (sub-blocks of 32 with mins, no bias) and
 // Q6_K (sub-blocks of 16, bias 32). The other tiled formats never reach them.
 #define FUCINA_AMX_FORMAT(SUBBLK, HAS_MIN, BIAS) \
     (((SUBBLK) == 32 && (HAS_MIN) && (BIAS) == 0) || ((SUBBLK) == 16 && !(HAS_MIN) && (BIAS) == 32))
