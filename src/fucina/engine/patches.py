@@ -316,7 +316,7 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
                 "void tiled_run_microtile(const tiled_tile_src0 & src0, const tiled_tile_src1 & src1,\n"
                 "                         int i0, int j0, int num_k, int slab, float * buf, int buf_stride) {\n"
                 "    const bool standard = (num_k == 1);\n"),
-        after=(_kernel("tiled_amx.cpp") + "\n"
+        after=(_kernel("k4_scales.c") + _kernel("tiled_amx.cpp") + "\n"
                "// fucina: whether the AMX microtile serves this process (tiled.cpp sets its row floor by it).\n"
                "extern \"C\" bool fucina_tiled_amx(void) {\n"
                "#if FUCINA_AMX_BUILD\n"
@@ -358,7 +358,7 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
     SourcePatch(
         path=_TILED,
         before="#define UNUSED GGML_UNUSED\n",
-        after=("#define UNUSED GGML_UNUSED\n\n"
+        after=("#define UNUSED GGML_UNUSED  // fucina: and the AMX microtile's declarations below\n\n"
                "// fucina: the AMX microtile (tiled-kernel.cpp, fucina/engine/kernels/tiled_amx.cpp): whether it\n"
                "// serves this process, and its unpack of the three K-quants straight into its weight planes.\n"
                "extern \"C\" bool fucina_tiled_amx(void);\n"
@@ -373,7 +373,8 @@ TILED_KQUANTS: tuple[SourcePatch, ...] = (
         before=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
                 "tiled_tile_src0 * tile, int num_k) {\n    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"),
         after=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
-               "tiled_tile_src0 * tile, int num_k) {\n    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"
+               "tiled_tile_src0 * tile, int num_k) {  // fucina: or the AMX unpack\n"
+               "    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"
                "    if (fucina_tiled_amx()) {  // fucina: the AMX microtile's planes instead (the same integers)\n"
                "        fucina_amx_unpack(rows, row_stride, n_rows, tile, num_k);\n"
                "        return;\n"
@@ -458,7 +459,7 @@ _Q6_K_DECL = ("void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_
 _CAST_COLS = ("(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
               "const void * GGML_RESTRICT vy, size_t by, int ncols)")
 #: The kernels' C: shared helpers, the groups in their ymm and zmm forms, the entry points.
-_KQUANT_KERNELS = (_kernel("kquant_common.c") + _kernel("kquant_one.c")
+_KQUANT_KERNELS = (_kernel("k4_scales.c") + _kernel("kquant_common.c") + _kernel("kquant_one.c")
                    + "\n#define FUCINA_WIDE 0\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
                    + "\n#define FUCINA_WIDE 1\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
                    + _kernel("kquant_entry.c"))

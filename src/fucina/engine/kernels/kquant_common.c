@@ -50,16 +50,8 @@
 
 // The one-column kernels' Q4_K/Q5_K 6-bit scale and min unpacking: 8 scales then 8 mins, as uint8.
 static inline __m256i fucina_k4_mins_and_scales(const uint8_t * GGML_RESTRICT packed) {
-    static const uint32_t kmask1 = 0x3f3f3f3f;
-    static const uint32_t kmask2 = 0x0f0f0f0f;
-    static const uint32_t kmask3 = 0x03030303;
     uint32_t utmp[4];
-    memcpy(utmp, packed, 12);
-    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = utmp[1] & kmask1;
-    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-    utmp[2] = uaux;
-    utmp[0] &= kmask1;
+    fucina_k4_scales_mins(packed, utmp);  // k4_scales.c
     return _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3], utmp[2], utmp[1], utmp[0]));
 }
 

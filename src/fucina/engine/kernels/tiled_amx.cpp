@@ -137,14 +137,8 @@ static inline void fucina_amx_prefetch(const B * rows, int64_t row_stride, int n
 
 // Q4_K/Q5_K's 12 packed bytes as 8 scales and 8 mins (tiled_unpack_src0's decode).
 static inline void fucina_amx_k4_scales(const uint8_t * packed, uint8_t sc[8], uint8_t mn[8]) {
-    static const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
     uint32_t utmp[4];
-    memcpy(utmp, packed, 12);
-    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = utmp[1] & kmask1;
-    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-    utmp[2] = uaux;
-    utmp[0] &= kmask1;
+    fucina_k4_scales_mins(packed, utmp);  // k4_scales.c
     memcpy(sc, &utmp[0], 8);
     memcpy(mn, &utmp[2], 8);
 }
