@@ -136,3 +136,27 @@ def test_the_patched_single_row_path_computes_the_same_model_as_stock(env):
     assert r["argmax_flips"] == 0 or r["max_flip_top2_gap"] < NEAR_TIE, r
     for p in r["partings"]:
         assert p["stock_top2_gap"] < NEAR_TIE, r
+
+
+@pytest.mark.parametrize("amx", ["default", "0"])
+def test_a_prompt_read_whole_in_two_parts_or_token_by_token_gives_the_same_bits(env, amx):
+    """Prefill runs through the same kernels as verifies, in large batches (a 300-token prompt is one
+    batch of 300 rows: the tiled kernel's wide path), so a prefix-cache split must not change a row:
+    the prompt's last row and the next decode step are bitwise the same read whole, in two parts at
+    an odd split and one token at a time (the single-row path a plain step takes)."""
+    code = ("import json, numpy as np, fucina; llm = fucina.LLM('gemma3-270m', n_ctx=1024, progress=False); m = llm.model\n"
+            "text = ' '.join(json.loads(l)['text'] for l in open(" + repr(str(PROMPTS)) + "))\n"
+            "p = m.tokenize(text)[:300]; assert len(p) == 300, len(p)\n"
+            "def read(parts):\n"
+            "    m.reset(); last = None\n"
+            "    for part in parts: last = np.array(m.forward_step(part), copy=True)\n"
+            "    nxt = np.array(m.forward_step([int(np.argmax(last))]), copy=True); m.reset()\n"
+            "    return np.concatenate([last, nxt])\n"
+            "whole = read([p]); two = read([p[:137], p[137:]]); one = read([[t] for t in p])\n"
+            "print(int(np.sum(whole != two)), int(np.sum(whole != one)), int(np.sum(whole != read([p]))))")
+    run_env = dict(env)
+    if amx != "default":
+        run_env["GGML_FUCINA_AMX"] = amx
+    r = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0", "0", "0"], r.stdout
