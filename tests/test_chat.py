@@ -29,7 +29,7 @@ GREEDY = SamplerOptions()
 SAMPLED = SamplerOptions(temperature=0.8, top_k=20, seed=1)
 PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, frequency_penalty=0.4, seed=3)
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
-# Verify on every step, the hardest path for exactness, with drafts of 16 (not the default 48) so a
+# Verify on every step, the hardest path for exactness, with drafts of 16 (not the default 63) so a
 # 48-token reply takes several verifies and a turn can be cut between them.
 ALWAYS = SpecOptions(verify_all=True, policy=PolicyOptions(max_draft=16))
 QUESTIONS = ["Tell me about the sea.", "And the mountains?", "Tell me about the sea again."]

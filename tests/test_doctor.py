@@ -26,7 +26,7 @@ class DriftAbove(FakeModel):
 def test_fake_backend_is_exact_everywhere():
     r = check_batch_invariance(FakeModel())
     assert r.level == "exact" and r.mismatched_rows == 0 and r.max_exact_rows == 64
-    assert exact_draft_cap(r) is None and effective_max_draft(r, True) == DEFAULT_MAX_DRAFT == 48
+    assert exact_draft_cap(r) is None and effective_max_draft(r, True) == DEFAULT_MAX_DRAFT == 63
 
 
 def test_drift_above_a_batch_size_caps_drafts():

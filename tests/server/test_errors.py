@@ -348,7 +348,7 @@ def test_engine_fault_mid_stream_sends_an_error_event(faulty, reference):
 
     model.before_forward = fail_later
     try:
-        with faulty.client() as c:  # 200 tokens: more forwards than 3 even with drafts of 48
+        with faulty.client() as c:  # 200 tokens: more forwards than 3 even with drafts of 63
             r = c.post(CHAT, json=chat(max_tokens=200, temperature=0, stream=True,
                                        messages=[{"role": "user", "content": "the quick brown fox"}]))
     finally:

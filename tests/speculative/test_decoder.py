@@ -26,7 +26,7 @@ PENALIZED = SamplerOptions(temperature=0.8, top_k=20, repeat_penalty=1.3, freque
                            presence_penalty=0.3, seed=11)
 # A table under which every verify wins, so the policy never declines unless a test wants it to.
 CHEAP = CostTable(((2, 1.0), (32, 1.0)), "test: free verifies")
-#: Drafts of at most 16 (the default is 48), for tests whose premise is a generation of many steps.
+#: Drafts of at most 16 (the default is 63), for tests whose premise is a generation of many steps.
 SHORT = PolicyOptions(max_draft=16)
 MODES = ["perfect", "garbage", "alternating", "partial"]
 
@@ -225,7 +225,7 @@ def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
     m = FakeModel(seed=0)
     src = Phased(prompt + plain, m.vocab_size, "perfect", seed=2)
     costly = CostTable(((2, 1.5), (17, 4.0)), "test: verifies that pay only when drafts are right")
-    # Drafts of 16 (not the default 48): phases outlast a few verifies, so some drafts are declined.
+    # Drafts of 16 (not the default 63): phases outlast a few verifies, so some drafts are declined.
     d = SpeculativeDecoder(m, src, Sampler(opts), SpecOptions(policy=dataclasses.replace(SHORT, prior_weight=1.0)),
                            cost_table=costly)
     d.feed(prompt)

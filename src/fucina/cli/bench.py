@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="batch-invariant load (use_extra_bufts off) with the draft cap `fucina doctor` measures "
                         "(default: on when the patched engine is in use)")
     b.add_argument("--max-draft", type=positive_int, default=None, metavar="N",
-                   help="longest draft fucina verifies (default 48; in exact mode capped by the batch sizes "
+                   help="longest draft fucina verifies (default 63; in exact mode capped by the batch sizes "
                         "`fucina doctor` finds bitwise)")
     b.add_argument("--dry-run", action="store_true", help="validate the task file and print the plan; run nothing")
     b.add_argument("--render", metavar="RESULTS_JSON",

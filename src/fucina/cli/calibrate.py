@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(sb, default_ctx=4096)  # measuring the engine needs no long context
     sb.add_argument("--repeats", type=positive_int, default=5)
     sb.add_argument("--max-n", type=positive_int, default=64,
-                    help="largest forward measured (>= 2; default 64, past the longest default draft of 48)")
+                    help="largest forward measured (>= 2; default 64: the longest default draft of 63 plus its bonus row)")
     sb.add_argument("--out", help="also write the table as JSON here")
     sb.set_defaults(handler=run)
 
