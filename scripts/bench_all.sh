@@ -69,10 +69,18 @@ FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-g
 if python -c "from fucina.catalog import resolve_model; resolve_model('qwen2.5-coder-1.5b')" 2>/dev/null; then
   Q=qwen2.5-coder-1.5b
   fucina calibrate "$Q" --repeats 5 --out "$OUT/cost-$Q.json" > "$OUT/cost-$Q.txt"
-  fucina bench --tasks "$OUT/tasks.jsonl" --model "$Q" --repeats 3 --methods plain,fucina,plain_again --out "$OUT/suite-$Q"
+  fucina bench --tasks "$OUT/tasks.jsonl" --model "$Q" --repeats 3 --methods plain,fucina,plain_again,oracle \
+    --out "$OUT/suite-$Q"
+  # The groups with little to copy, at 10 repeats: the floor is judged there, beside the A/A.
+  fucina bench --tasks "$OUT/tasks.jsonl" --model "$Q" --repeats 10 --methods plain,fucina,plain_again \
+    --groups qa,translation,rag,mt_bench,math_reasoning,summarization,freeform --out "$OUT/floors-$Q"
   for t in "--flat" "--cost-table $OUT/cost-$Q.json"; do
-    python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic --model "$Q" $t --budget 48
+    python -m benchmarks.replay --traces "$TR" --no-recycling --no-synthetic --model "$Q" $t --budget 63
   done > "$OUT/replay-traces-$Q.txt"
+  # What the drafts allow on the model's own outputs: the policy, the perfect decision, the ceiling per task.
+  python -m benchmarks.streams --tasks "$OUT/tasks.jsonl" --model "$Q" --out "$OUT/streams-$Q.jsonl"
+  python -m benchmarks.replay --streams "$OUT/streams-$Q.jsonl" --no-synthetic --cost-table "$OUT/cost-$Q.json" \
+    --per-task --budget 63 > "$OUT/replay-streams-$Q.txt"
   # llama.cpp's draftless modes on the copy-shaped groups, 3 tasks each, through HTTP.
   python - "$OUT/tasks.jsonl" > "$OUT/tasks-peers.jsonl" <<'PY'
 import json, sys

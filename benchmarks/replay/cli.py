@@ -63,7 +63,7 @@ from fucina.speculative.policy import AcceptanceModel, PolicyOptions, WordPieces
 
 from benchmarks.replay.inputs import (BENCH_FILE, TRACE_CONTEXT_TOKENS, Stream, Tokenizer, bench_streams,
                                         read_recorded, read_token_file, synthetic_edit_streams, trace_streams)
-from benchmarks.replay.report import format_priors, json_report, task_medians, text_report
+from benchmarks.replay.report import bound_medians, format_priors, json_report, task_medians, text_report
 from benchmarks.replay.simulate import flat_table, match_only, measure_priors, replay_stream
 from benchmarks.replay.tally import WorkloadResult
 
@@ -365,11 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                            policy=policy, table=table, use_policy=not args.no_policy)
     task_of = {run.name: run.workload for run in runs} if args.per_task else {}
     medians = task_medians(results, task_of) if args.per_task and table is not None else {}
+    bounds = bound_medians(results, task_of) if medians else {}
     if args.json:
         print(json_report(results, budget=args.budget, synth_topk=args.synth_topk, recycling=not args.no_recycling,
-                          table=table, bench_rows_skipped=workloads.bench_rows_skipped, medians=medians))
+                          table=table, bench_rows_skipped=workloads.bench_rows_skipped, medians=medians,
+                          bounds=bounds))
     else:
         print(text_report(results, budget=args.budget, synth_topk=args.synth_topk, table=table,
                           policy=not args.no_policy, bench_rows_skipped=workloads.bench_rows_skipped,
-                          medians=medians))
+                          medians=medians, bounds=bounds))
     return 0

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import N_BUCKETS, N_CLASSES, e_label
 
 from benchmarks.replay.tally import NO_DRAFT, WorkloadResult
 
-__all__ = ["format_table", "text_report", "json_report", "format_priors", "task_medians"]
+__all__ = ["format_table", "text_report", "json_report", "format_priors", "task_medians", "bound_medians"]
 
 #: Bucket id of each label ``e_label`` gives (fork classes included), to print buckets in order.
 _BUCKET_OF_LABEL = {e_label(b): b for b in range(N_CLASSES * N_BUCKETS)}
@@ -51,19 +51,29 @@ def format_table(results: Sequence[WorkloadResult], budget: int, synth_topk: boo
     return "\n".join(lines)
 
 
-def task_medians(results: Sequence[WorkloadResult], task_of: dict[str, str]) -> dict[str, float]:
+def task_medians(results: Sequence[WorkloadResult], task_of: dict[str, str], *,
+                 cost: Callable[[WorkloadResult], float] = lambda r: r.cost) -> dict[str, float]:
     """Per workload, the median over its streams' rows of the projected speedup, and ``all`` over
     every row: the median of per-task ratios, as ``fucina bench`` reports (an aggregate ratio is
     carried by the easiest stream). E.g. rows of 1.0x, 1.2x and 3.0x give 1.2x, where their tokens
-    over their cost might give 2x."""
+    over their cost might give 2x. ``cost``: which cost the speedup is over (the policy's by default;
+    ``lambda r: r.perfect_cost`` for the perfect decision, ``r.ceiling_cost`` for the ceiling)."""
     by: dict[str, list[float]] = defaultdict(list)
     for r in results:
-        if r.cost:
-            by[task_of.get(r.name, r.name)].append(r.tokens / r.cost)
+        if cost(r):
+            by[task_of.get(r.name, r.name)].append(r.tokens / cost(r))
     out = {n: statistics.median(v) for n, v in by.items()}
     if by:
         out["all"] = statistics.median([x for v in by.values() for x in v])
     return out
+
+
+def bound_medians(results: Sequence[WorkloadResult], task_of: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Per workload, the per-task medians of what the drafts allow beside the policy's: ``perfect``
+    (each draft verified exactly as far as it is accepted, where that pays) and ``ceiling`` (every
+    retrievable token drafted and verified whole), as :func:`task_medians` computes the policy's."""
+    return {"perfect": task_medians(results, task_of, cost=lambda r: r.perfect_cost),
+            "ceiling": task_medians(results, task_of, cost=lambda r: r.ceiling_cost)}
 
 
 def format_priors(workload: str, hits_trials: dict[str, tuple[int, int]]) -> str:
@@ -75,24 +85,31 @@ def format_priors(workload: str, hits_trials: dict[str, tuple[int, int]]) -> str
 
 
 def json_report(results: Sequence[WorkloadResult], *, budget: int, synth_topk: bool, recycling: bool,
-                table: CostTable | None, bench_rows_skipped: int, medians: dict[str, float]) -> str:
+                table: CostTable | None, bench_rows_skipped: int, medians: dict[str, float],
+                bounds: dict[str, dict[str, float]] | None = None) -> str:
     """The ``--json`` document: the settings, then every workload's :meth:`WorkloadResult.as_dict`
     (and the per-task medians when there are any)."""
     return json.dumps({"budget": budget, "synth_topk": synth_topk, "recycling": recycling,
                        "table": table.source if table is not None else None,
                        "bench_rows_skipped": bench_rows_skipped,
                        "workloads": [r.as_dict() for r in results],
-                       **({"task_medians": medians} if medians else {})}, indent=2)
+                       **({"task_medians": medians} if medians else {}),
+                       **({f"task_medians_{k}": v for k, v in (bounds or {}).items() if v})}, indent=2)
 
 
 def text_report(results: Sequence[WorkloadResult], *, budget: int, synth_topk: bool, table: CostTable | None,
-                policy: bool, bench_rows_skipped: int, medians: dict[str, float]) -> str:
-    """The human-readable report: :func:`format_table`, then the per-task medians and the Spec-Bench
-    rows skipped, when there are any."""
+                policy: bool, bench_rows_skipped: int, medians: dict[str, float],
+                bounds: dict[str, dict[str, float]] | None = None) -> str:
+    """The human-readable report: :func:`format_table`, then the per-task medians (the policy's, then
+    ``bounds``: the perfect decision's and the ceiling's) and the Spec-Bench rows skipped, when there are any."""
     lines = [format_table(results, budget, synth_topk, table, policy=policy)]
     if medians:
         lines.append("median over tasks of the projected speedup: "
                      + ", ".join(f"{n} {v:.2f}x" for n, v in medians.items()))
+    for label, values in (bounds or {}).items():
+        if values:
+            lines.append(f"median over tasks of the {label} speedup: "
+                         + ", ".join(f"{n} {v:.2f}x" for n, v in values.items()))
     if bench_rows_skipped:
         lines.append(f"({bench_rows_skipped} bench rows without a reference answer skipped)")
     return "\n".join(lines)

@@ -191,6 +191,11 @@ def test_recorded_streams_round_trip_through_the_replay(tmp_path, monkeypatch, c
     speed = {w["name"]: w["projected_speedup"] for w in doc["workloads"]}
     assert doc["task_medians"]["stream:repeat"] == speed["stream:repeat:rep"]
     assert set(doc["task_medians"]) == {"stream:repeat", "stream:rag_ref", "all"}
+    # ... and beside it what the drafts allow, per group: the perfect decision and the ceiling.
+    perfect = {w["name"]: w["perfect_policy_speedup"] for w in doc["workloads"]}
+    ceiling = {w["name"]: w["ceiling_speedup"] for w in doc["workloads"]}
+    assert doc["task_medians_perfect"]["stream:repeat"] == perfect["stream:repeat:rep"]
+    assert doc["task_medians_ceiling"]["stream:rag_ref"] == ceiling["stream:rag_ref:ref"]
 
     def no_tokenizer(model):
         raise OSError("no such model")
