@@ -156,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--per-task", action="store_true",
                     help="one row per stream, then each workload's median over its streams of the "
                          "projected speedup (the per-task median fucina bench reports)")
+    ap.add_argument("--hindsight", action="store_true",
+                    help="the policy's acceptance learned first, undiscounted, on the very streams it then "
+                         "prices (true per-bucket rates): whether better estimates would close the gap "
+                         "to the perfect decision")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     return ap
 
@@ -322,26 +326,32 @@ def _runs(workloads: Workloads, *, cross_request_tokens: int | None, per_task: b
 
 def _replay_runs(runs: Sequence[_Run], workloads: Workloads, *, budget: int, synth_topk: bool,
                  cascade: CascadeOptions, policy: PolicyOptions, table: CostTable | None,
-                 use_policy: bool) -> list[WorkloadResult]:
-    """Each run replayed into its own result."""
-    results = []
+                 use_policy: bool, hindsight: bool = False) -> list[WorkloadResult]:
+    """Each run replayed into its own result. ``hindsight``: every run twice over undiscounted
+    acceptance models, the first pass only teaching them, so the second prices with the true rates."""
     # A model's recorded streams share one acceptance model across their groups, in file order, as
     # one LLM (and fucina bench, per method) shares it across its calls; other workloads start fresh.
     # With --per-task a workload's rows share its model, as its streams do without the flag.
-    recorded = AcceptanceModel()
-    per_workload: dict[str, AcceptanceModel] = defaultdict(AcceptanceModel)
-    for run in runs:
-        result = WorkloadResult(run.name)
-        learned = recorded if run.name.startswith("stream:") else per_workload[run.workload]
-        tokenized = run.workload.removesuffix(CROSS_REQUEST_SUFFIX) in workloads.tokenized
-        for s in run.streams:
-            vocab_size = workloads.vocab_size or _max_id_vocab(
-                s.prompt + s.continuation + [t for r in s.references for t in r])
-            replay_stream(s, vocab_size, result, budget=budget, synth_topk=synth_topk, options=cascade,
-                          table=table, cross_request_tokens=run.cross_request_tokens, use_policy=use_policy,
-                          acceptance=learned, policy_options=policy,
-                          pieces=workloads.pieces if tokenized else None)
-        results.append(result)
+    def fresh() -> AcceptanceModel:
+        return AcceptanceModel(memory=10**9) if hindsight else AcceptanceModel()
+
+    recorded = fresh()
+    per_workload: dict[str, AcceptanceModel] = defaultdict(fresh)
+    results = []
+    for _ in range(2 if hindsight else 1):
+        results = []
+        for run in runs:
+            result = WorkloadResult(run.name)
+            learned = recorded if run.name.startswith("stream:") else per_workload[run.workload]
+            tokenized = run.workload.removesuffix(CROSS_REQUEST_SUFFIX) in workloads.tokenized
+            for s in run.streams:
+                vocab_size = workloads.vocab_size or _max_id_vocab(
+                    s.prompt + s.continuation + [t for r in s.references for t in r])
+                replay_stream(s, vocab_size, result, budget=budget, synth_topk=synth_topk, options=cascade,
+                              table=table, cross_request_tokens=run.cross_request_tokens, use_policy=use_policy,
+                              acceptance=learned, policy_options=policy,
+                              pieces=workloads.pieces if tokenized else None)
+            results.append(result)
     return results
 
 
@@ -362,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     runs = _runs(workloads, cross_request_tokens=args.cross_request, per_task=args.per_task)
     results = _replay_runs(runs, workloads, budget=args.budget, synth_topk=args.synth_topk, cascade=cascade,
-                           policy=policy, table=table, use_policy=not args.no_policy)
+                           policy=policy, table=table, use_policy=not args.no_policy, hindsight=args.hindsight)
     task_of = {run.name: run.workload for run in runs} if args.per_task else {}
     medians = task_medians(results, task_of) if args.per_task and table is not None else {}
     bounds = bound_medians(results, task_of) if medians else {}

@@ -275,3 +275,30 @@ def test_perfect_policy_never_costs_more_than_plain_and_wins_on_a_copy():
     opts = CascadeOptions(recycling=False)
     assert replay.perfect_policy_cost(copy, 256, table, options=opts) < 200 / 2
     assert replay.perfect_policy_cost(noise, 256, table, options=opts) <= 200
+
+
+def test_hindsight_prices_the_reported_pass_with_rates_learned_on_the_same_streams(tmp_path, monkeypatch, capsys):
+    # --hindsight: a teaching pass first, so the reported pass starts from every bucket's true rate;
+    # without it the first stream starts from the priors alone.
+    monkeypatch.setattr(replay.cli, "_load_tokenizer", lambda model: ByteTokenizer())
+    f = tmp_path / "t.jsonl"
+    write_traces(f, trace_rows())
+    seen: list[int] = []
+    real = replay.cli.replay_stream
+
+    def spy(stream, vocab_size, result, **kw):
+        seen.append(sum(n for kind in kw["acceptance"].learned().values() for _, n in kind.values()))
+        return real(stream, vocab_size, result, **kw)
+
+    monkeypatch.setattr(replay.cli, "replay_stream", spy)
+    argv = ["--traces", str(f), "--no-synthetic", "--no-recycling", "--flat", "--json"]
+    assert replay.main(argv) == 0
+    plain_doc, plain_seen = json.loads(capsys.readouterr().out), list(seen)
+    seen.clear()
+    assert replay.main([*argv, "--hindsight"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    n = len(plain_seen)
+    assert plain_seen[0] == 0 and len(seen) == 2 * n  # every stream twice: taught, then reported
+    assert seen[n] > 0  # the reported pass starts from what the teaching pass scored
+    tokens = {w["name"]: w["tokens"] for w in plain_doc["workloads"]}
+    assert {w["name"]: w["tokens"] for w in doc["workloads"]} == tokens  # the same streams, reported once
