@@ -337,7 +337,6 @@ def _replay_runs(runs: Sequence[_Run], workloads: Workloads, *, budget: int, syn
 
     recorded = fresh()
     per_workload: dict[str, AcceptanceModel] = defaultdict(fresh)
-    results = []
     for _ in range(2 if hindsight else 1):
         results = []
         for run in runs:

@@ -24,7 +24,6 @@ from typing import Callable, Sequence
 from fucina.speculative.costs import CostTable
 
 
-
 def stair_points(max_n: int = 64) -> tuple[int, ...]:
     """Row counts a table is measured at: 1..8, then both sides of every multiple of 4 up to ``max_n``.
 
@@ -39,7 +38,6 @@ def stair_points(max_n: int = 64) -> tuple[int, ...]:
 
 
 FULL_NS = stair_points(64)
-QUICK_NS = FULL_NS  # the first use measures what `fucina calibrate` does, with fewer repeats
 #: Version of how a table is measured; part of the cache key.
 METHOD = "decode-shaped-stairs-3"
 _PROMPT = (
@@ -179,6 +177,7 @@ def load_or_calibrate(model, path: str | Path | None = None, quick_progress: Cal
             return CostTable.load(cached)
         except Exception:
             pass  # a corrupt cache is re-measured, not fatal
-    table = measure_cost_table(model, QUICK_NS, repeats=2, progress=quick_progress)
+    # The points `fucina calibrate` measures, with fewer repeats: a user waits for this one.
+    table = measure_cost_table(model, FULL_NS, repeats=2, progress=quick_progress)
     table.save(cached)
     return table

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fucina.calibrate import FULL_NS, cached_table_path, measure_cost_table
+    from fucina.calibrate import cached_table_path, measure_cost_table, stair_points
 
     if args.max_n < 2:
         raise CliError("--max-n must be >= 2")
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print("fucina: `spec-bench` is now `fucina calibrate`; the old name goes in the next release",
               file=sys.stderr)
     model = load_model_from_args(args)
-    ns = sorted(set([n for n in FULL_NS if n <= args.max_n] + [args.max_n]))
+    ns = sorted(set(stair_points(args.max_n)) | {args.max_n})  # past 64 too: both sides of every stair
 
     def progress(i: int, n: int) -> None:
         print(f"\rmeasuring {i}/{n}", end="", file=sys.stderr, flush=True)
