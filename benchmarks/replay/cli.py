@@ -134,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="cascade without the recycling fallback (SAM sources only, as on CPU tables)")
     ap.add_argument("--synth-topk", action="store_true",
                     help="feed recycling top-K rows synthesized from the stream's own bigrams")
+    ap.add_argument("--no-realign", action="store_true",
+                    help="cascade without the realign source (the ablation of a broken copy picked up again)")
     pricing = ap.add_mutually_exclusive_group()
     pricing.add_argument("--cost-table", type=Path, default=None,
                          help="a verify cost table (JSON, as cached by fucina): the policy chooses the "
@@ -142,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-policy", action="store_true",
                     help="with a table: verify every candidate whole, priced under the table")
     ap.add_argument("--match-only", action="store_true",
-                    help="the policy priced on match length alone: no fork flags, no resume source, "
+                    help="the policy priced on match length alone: no fork flags, no resume or realign source, "
                          "sampled and greedy streams learned together (fucina bench's match_only)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="index vocabulary (default: the tokenizer's, else max id + 1)")
@@ -363,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Refused as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
-    cascade, policy = CascadeOptions(recycling=not args.no_recycling), PolicyOptions()
+    cascade = CascadeOptions(recycling=not args.no_recycling, realign=not args.no_realign)
+    policy = PolicyOptions()
     if args.match_only:
         cascade, policy = match_only(cascade, policy)
     if args.priors:

@@ -17,9 +17,9 @@ V = 1000
 
 def design(**kw) -> CascadeOptions:
     """The earlier design's selection constants that remain options (docs/design.md §4.7): SAM matches from 2 tokens and no
-    ``resume`` source (it came later; tests/speculative/test_resume.py). Most tests here exercise the
-    fall-through to recycling they make visible."""
-    return CascadeOptions(**{"min_match": 2, "resume": False, **kw})
+    ``resume`` or ``realign`` source (they came later; tests/speculative/test_resume.py, test_realign.py). Most
+    tests here exercise the fall-through to recycling they make visible."""
+    return CascadeOptions(**{"min_match": 2, "resume": False, "realign": False, **kw})
 
 
 NO_RECYCLING = design(recycling=False)

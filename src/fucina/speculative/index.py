@@ -8,11 +8,16 @@ Sources, in tie-break order:
    per-conversation cursor;
 3. ``cross-request`` — a snapshot of the tenant's earlier requests
    (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
-4. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
-   at all), the copy it broke continued one token on: the text after the token the previous
-   match was followed by, as when a copied line gets one new word (:mod:`fucina.speculative.resume`,
-   on by default);
-5. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), used when
+4. ``realign`` — right after a copy broke (a renamed identifier, a replaced word), the copy picked
+   up again in the text it came from, where the answer rejoined it (:mod:`fucina.speculative.realign`,
+   on by default). Its draft and the SAMs' are both scored against what is committed, whichever is
+   offered; realign drafts instead of the SAMs while it leads: the steps its draft held further, less
+   those theirs did, clipped (ties go to the SAMs); where no SAM drafts, it drafts unless it trails;
+5. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
+   at all) and realign has nothing, the copy it broke continued one token on: the text after the token
+   the previous match was followed by, as when a copied line gets one new word
+   (:mod:`fucina.speculative.resume`, on by default);
+6. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), used when
    no SAM matches well enough.
 
 Selection: every SAM source reports its match length; the longest match drafts (ties go to the
@@ -50,6 +55,7 @@ from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, Inval
                            TooManyReferences)
 from fucina.results import SourceReport
 from fucina.speculative.costs import CostTable
+from fucina.speculative.realign import Realign
 from fucina.speculative.recycling import Recycling
 from fucina.speculative.resume import Resume
 from fucina.speculative.sam import SamIndex
@@ -97,6 +103,10 @@ class CascadeOptions:
     #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
     #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
     resume: bool = True
+    #: Offer the ``realign`` candidate right after a copy broke (its own kind for the policy; on the
+    #: Predicted Outputs rename edits it drafts the copy on past every renamed identifier, where the SAMs
+    #: draft what followed the new name's earlier occurrence: BENCHMARKS.md, "Predicted Outputs").
+    realign: bool = True
     #: Report each SAM draft's fork flags (``Draft.forks``), so the policy prices a token the text
     #: continued several ways apart from one it continued one way only; False: priced on the
     #: match length alone (the ablation ``fucina bench --methods match_only``).
@@ -166,12 +176,19 @@ class _Reference:
     sam: SamIndex | _Snapshot  # kept alive (and unchanged) while this conversation drafts from it
     cursor: SamCursor | _Cursor
     score: _Score
+    stream: Sequence[int] | None = None  # its token stream, where realign can read it
 
 
 @dataclass
 class _Pending:
     score: _Score
     draft: list[int]
+    also: _Score | None = None  # a second score credited alike (realign: the owner of the stream it read)
+
+
+#: A SAM source's bid for the step: (match length, tie-break order, score, drafter, its token stream or
+#: None where realign cannot read it: the cross-request snapshot).
+_Candidate = tuple[int, int, _Score, _Drafter, "Sequence[int] | None"]
 
 
 class SpeculationIndex:
@@ -191,6 +208,9 @@ class SpeculationIndex:
         self._rec_score = _Score("recycling")
         self._resume = Resume(self._conv) if opts.resume else None
         self._resume_score = _Score(Resume.name)
+        self._conv_stream = self._conv.tokens  # one live view: realign knows a stream by identity
+        self._realign = Realign() if opts.realign else None
+        self._realign_score = _Score(Realign.name)
         self._pending: _Pending | None = None
 
     # -- read-only views -------------------------------------------------------------------------
@@ -239,6 +259,8 @@ class SpeculationIndex:
         """Longest SAM match, the confidence of the next draft; 0 if below ``min_match`` (the draft,
         if any, would come from recycling). O(1) per source."""
         best = max([self._conv.match_len(), *(ref.cursor.match_len() for ref in self._sam_sources())])
+        if self._realign is not None and self._realign.takes(best >= self.options.min_match):
+            return self._realign.confidence
         if not best and self._resume is not None and self._resume.ready:
             return 1  # a resume draft stands on the one broken token: priced like a 1-token match
         return best if best >= self.options.min_match else 0
@@ -260,6 +282,8 @@ class SpeculationIndex:
             ref.cursor.feed_many(toks)
         if self._rec is not None:
             self._rec.observe(toks)
+        if self._realign is not None:
+            self._realign.observe(toks)
         pending, self._pending = self._pending, None
         if pending is not None:
             accepted = 0
@@ -267,8 +291,10 @@ class SpeculationIndex:
                 if d != c:
                     break
                 accepted += 1
-            pending.score.accepted += accepted
-            pending.score.drafted += len(pending.draft)
+            for score in (pending.score, pending.also):
+                if score is not None:
+                    score.accepted += accepted
+                    score.drafted += len(pending.draft)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
@@ -317,7 +343,7 @@ class SpeculationIndex:
         # The conversation SAM holds the committed stream; replaying it aligns the new cursor.
         cursor.feed_many(self._conv.tokens)
         slot = len(self._refs)
-        self._refs.append(_Reference(sam, cursor, _Score(f"ref{slot}")))
+        self._refs.append(_Reference(sam, cursor, _Score(f"ref{slot}"), sam.tokens))
         return slot
 
     def set_cross_request(self, snapshot: _Snapshot | None) -> None:
@@ -342,6 +368,8 @@ class SpeculationIndex:
         """Drop every reference (and the pending draft if a reference made it); slots restart at 0."""
         if self._pending is not None and any(self._pending.score is r.score for r in self._refs):
             self._pending = None
+        if self._realign is not None and any(self._realign.stream is r.stream for r in self._refs):
+            self._realign = Realign()  # it was picking up a copy of a dropped document
         self._refs.clear()
 
     # -- introspection ------------------------------------------------------------------------------
@@ -349,6 +377,8 @@ class SpeculationIndex:
     def stats(self) -> CascadeStats:
         """Per-source accepted/drafted counts."""
         scores = [self._conv_score, *(r.score for r in self._sam_sources())]
+        if self._realign_score.drafted:  # listed once it has drafted
+            scores.append(self._realign_score)
         if self._resume_score.drafted:  # listed once it has drafted
             scores.append(self._resume_score)
         if self._rec is not None:
@@ -366,22 +396,26 @@ class SpeculationIndex:
     def _offer(self, context: Sequence[int], budget: int, confidence: int | None) -> Draft:
         """Select this step's draft (see :meth:`suggest`); it becomes the pending one."""
         self._pending = None
+        if self._realign is not None:
+            self._realign.offered(None, 0, ())
         if budget <= 0:
             return NO_DRAFT
-        candidates: list[tuple[int, int, _Score, _Drafter]] = [
-            (self._conv.match_len(), 0, self._conv_score, self._conv)]
+        candidates: list[_Candidate] = [
+            (self._conv.match_len(), 0, self._conv_score, self._conv, self._conv_stream)]
         for order, ref in enumerate(self._sam_sources(), start=1):
-            candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor))
+            candidates.append((ref.cursor.match_len(), order, ref.score, ref.cursor, ref.stream))
         candidates.sort(key=lambda c: (-c[0], c[1]))
-        for i, (match, _, score, drafter) in enumerate(candidates):
-            if match < self.options.min_match:
-                break
-            tokens = [int(t) for t in drafter.draft(budget)]
-            if tokens:
-                if drafter is self._conv:
-                    score, drafter, tokens = self._credit_reference(candidates[i + 1:], tokens, budget)
-                forks = drafter.forks(tokens) if self.options.forks else None
-                return self._remember(score, tokens, confidence, forks)
+        sam = self._sam_draft(candidates, budget)
+        if self._realign is not None:
+            realigned = self._realign.contest(budget, None if sam is None else sam[3])
+            if realigned:
+                return self._remember_realign(realigned, confidence)
+        if sam is not None:
+            score, drafter, stream, tokens = sam
+            forks = drafter.forks(tokens) if self.options.forks else None
+            if self._realign is not None and stream is not None:
+                self._realign.offered(stream, drafter.occurrence() + 1, tokens, drafter.match_len())
+            return self._remember(score, tokens, confidence, forks)
         if self._resume is not None:
             tokens = self._resume.draft(budget)
             if tokens:
@@ -392,8 +426,31 @@ class SpeculationIndex:
                 return self._remember(self._rec_score, tokens, confidence, None)
         return NO_DRAFT
 
-    def _credit_reference(self, rest: list[tuple[int, int, _Score, _Drafter]], tokens: list[int],
-                          budget: int) -> tuple[_Score, _Drafter, list[int]]:
+    def _sam_draft(self, candidates: list[_Candidate], budget: int
+                   ) -> tuple[_Score, _Drafter, Sequence[int] | None, list[int]] | None:
+        """The longest SAM match's draft (credited to a reference that drafts the same), or None."""
+        for i, (match, _, score, drafter, stream) in enumerate(candidates):
+            if match < self.options.min_match:
+                break
+            tokens = [int(t) for t in drafter.draft(budget)]
+            if tokens:
+                if drafter is self._conv:
+                    return self._credit_reference(candidates[i + 1:], tokens, budget)
+                return score, drafter, stream, tokens
+        return None
+
+    def _remember_realign(self, tokens: list[int], confidence: int | None) -> Draft:
+        """Offer realign's draft: priced as its own kind, credited also to the source whose text it
+        continues (a client's prediction picked up again is the prediction's)."""
+        realign = self._realign
+        stream = realign.stream
+        owner = next((r.score for r in self._refs if r.stream is stream), self._conv_score)
+        realign.offered(stream, realign.start(), tokens, realign.confidence)
+        self._pending = _Pending(owner, list(tokens), also=self._realign_score)
+        return Draft(tuple(tokens), confidence, Realign.name, None)
+
+    def _credit_reference(self, rest: list[_Candidate], tokens: list[int],
+                          budget: int) -> tuple[_Score, _Drafter, Sequence[int] | None, list[int]]:
         """The conversation won: a reference whose draft is the conversation's, as far as the
         reference goes (at least ``_MIN_CREDIT`` tokens, or all of the conversation's), drafts instead, so a
         client's prediction that the prompt also quotes is credited with what it predicted.
@@ -405,14 +462,14 @@ class SpeculationIndex:
         conversation's draft runs on past it; the next step drafts the rest). Where they continue
         differently the conversation drafts.
         """
-        for match, _, score, drafter in rest:
+        for match, _, score, drafter, stream in rest:
             if match < self.options.min_match:
                 break
             alt = [int(t) for t in drafter.draft(budget)]
             common = min(len(alt), len(tokens))
             if alt[:common] == tokens[:common] and common >= min(len(tokens), _MIN_CREDIT):
-                return score, drafter, alt
-        return self._conv_score, self._conv, tokens
+                return score, drafter, stream, alt
+        return self._conv_score, self._conv, self._conv_stream, tokens
 
     def _sam_sources(self) -> list[_Reference]:
         """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
