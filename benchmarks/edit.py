@@ -15,6 +15,12 @@ Greedy. Gemma 3 (a base model) gets a completion prompt, an instruct model the c
 Reported per method: decode tok/s over plain's (medians over repeats, then over tasks), TTFT (the
 server's ``first_token_seconds``), accepted prediction tokens, and whether every answer equals the
 plain server's token for token (on the patched engine it must: the level is *exact*).
+
+``python -m benchmarks.edit --bounds DIR/samples.json --cost-table TABLE`` reads what the drafts allow,
+model-free: each distinct plain answer replayed through the index (the prediction as its reference, as the
+server holds it) and the policy under a cost table, with and without the realign source: the policy's
+projected speedup and the perfect decision's (each draft verified exactly as far as it holds, where that
+pays), so a measured speedup is read against its bound.
 """
 
 from __future__ import annotations
@@ -148,6 +154,53 @@ def render(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
+    """Per distinct plain answer of a run's ``samples.json``: projected and perfect-decision speedups
+    under the table (see the module docstring), realign on and off. Model-free: nothing is timed."""
+    from benchmarks.replay.inputs import Stream
+    from benchmarks.replay.simulate import replay_stream
+    from benchmarks.replay.tally import WorkloadResult
+    from fucina.catalog import load_tokenizer
+    from fucina.speculative.costs import CostTable
+    from fucina.speculative.index import CascadeOptions
+    from fucina.speculative.policy import WordPieces
+
+    meta = recorded["meta"]
+    vocab = load_tokenizer(meta["model"])
+    table = CostTable.load(table_path)
+    pieces = WordPieces(vocab.token_bytes)
+    tasks = {t["id"]: t for t in load_tasks(len(CANDIDATES))}
+    rows, seen = [], set()
+    for s in recorded["samples"]:
+        if s["method"] != "plain" or (s["task"], s["text"]) in seen:
+            continue
+        seen.add((s["task"], s["text"]))
+        task = tasks[s["task"]]
+        text = (vocab.apply_chat_template(chat_messages(task, s["repeat"])) if meta["endpoint"] == "chat"
+                else completion_prompt(task, s["repeat"]))
+        stream = Stream(vocab.tokenize(text, add_bos=False, special=True),
+                        vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)])
+        row = {"task": s["task"], "repeat": s["repeat"], "tokens": len(stream.continuation)}
+        for name, realign in (("no_realign", False), ("realign", True)):
+            result = WorkloadResult(name)
+            replay_stream(stream, vocab.vocab_size, result, budget=budget, table=table, pieces=pieces,
+                          options=CascadeOptions(recycling=False, realign=realign))
+            d = result.as_dict()
+            row[name] = {"steps": d["steps"], "policy": d["projected_speedup"], "perfect": d["perfect_policy_speedup"]}
+        rows.append(row)
+    return rows
+
+
+def render_bounds(rows: Sequence[dict]) -> str:
+    lines = ["| task | repeat | answer tokens | policy | perfect decision | policy, realign | perfect, realign |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        a, b = r["no_realign"], r["realign"]
+        lines.append(f"| {r['task']} | {r['repeat']} | {r['tokens']} | {a['policy']:.2f}x | {a['perfect']:.2f}x | "
+                     f"{b['policy']:.2f}x | {b['perfect']:.2f}x |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.edit", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -159,7 +212,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None, help="directory for samples.json, summary.md and server logs")
+    ap.add_argument("--bounds", type=Path, default=None, metavar="SAMPLES",
+                    help="instead of running: the model-free bounds of a run's samples.json (needs --cost-table)")
+    ap.add_argument("--cost-table", type=Path, default=None, help="with --bounds: the verify cost table (JSON)")
     a = ap.parse_args(argv)
+    if a.bounds is not None:
+        if a.cost_table is None:
+            ap.error("--bounds needs --cost-table (e.g. the one fucina cached for this machine)")
+        try:
+            recorded = json.loads(a.bounds.read_text())
+        except (OSError, ValueError) as exc:
+            ap.error(f"cannot read {a.bounds}: {exc}")
+        print(render_bounds(bounds(recorded, a.cost_table)))
+        return 0
     if a.tasks < 1 or a.repeats < 1 or a.gen < 1:
         ap.error("--tasks, --repeats and --gen must be >= 1")
     import httpx

@@ -33,3 +33,28 @@ def test_summary_is_the_median_over_repeats_then_tasks_and_counts_identity():
     text = render(s, {"model": "m", "endpoint": "chat", "tasks": 2, "repeats": 3, "gen": 10, "level": "exact",
                       "date": "d", "machine": "x"})
     assert "| prediction | 2.00x | 1.00x | 500 ms | 6/6 | 7 |" in text and all(m in text for m in METHODS)
+
+
+def test_bounds_read_what_the_drafts_allow_for_each_distinct_plain_answer(tmp_path):
+    import re
+
+    from benchmarks.edit import bounds, render_bounds
+    from fucina.speculative.costs import CostTable
+
+    task = next(t for t in load_tasks(6) if t["param"] != "self")
+    renamed = re.sub(rf"\b{task['param']}\b", task["param"] + "_arg", task["source"])
+    answer = f"```python\n{renamed}```"
+    recorded = {"meta": {"model": "smollm2-135m", "endpoint": "chat"},
+                "samples": [{**_sample(task["id"], r, "plain", 10.0, text=answer)} for r in (0, 1)]
+                + [_sample(task["id"], 0, "prediction", 30.0, text=answer)]}
+    table = tmp_path / "table.json"
+    CostTable(((2, 1.3), (8, 2.0), (64, 6.0)), "test: a cheap verify").save(table)
+    rows = bounds(recorded, table)
+    assert len(rows) == 1 and rows[0]["tokens"] > 100  # one distinct plain answer; the others are skipped
+    for name in ("no_realign", "realign"):
+        b = rows[0][name]
+        assert 1.0 <= b["policy"] <= b["perfect"] + 1e-9
+    # Renaming the parameter everywhere breaks the copy at each use: realign picks it up again in fewer steps.
+    assert rows[0]["realign"]["steps"] < rows[0]["no_realign"]["steps"]
+    assert rows[0]["realign"]["perfect"] > rows[0]["no_realign"]["perfect"]
+    assert render_bounds(rows).count("\n") == 2 and task["id"] in render_bounds(rows)
