@@ -21,6 +21,7 @@ from fucina.speculative.index import CascadeOptions, SpeculationIndex
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces, e_bucket
 from fucina.speculative.sam import SamIndex
+from fucina.speculative.source import held
 
 from benchmarks.replay.inputs import Stream
 from benchmarks.replay.tally import NO_DRAFT, WorkloadResult
@@ -75,16 +76,6 @@ def _primed_index(stream: Stream, vocab_size: int, options: CascadeOptions | Non
     return idx, full, start
 
 
-def _accepted(draft: Sequence[int], actual: Sequence[int]) -> int:
-    """Length of the common prefix of a draft and what was actually committed there."""
-    n = 0
-    for d, t in zip(draft, actual):
-        if d != t:
-            break
-        n += 1
-    return n
-
-
 def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, *, budget: int = 16,
                         options: CascadeOptions | None = None, min_draft: int = 2) -> float:
     """Cost of the stream's continuation under ``table`` when each step's draft is verified
@@ -95,7 +86,7 @@ def perfect_policy_cost(stream: Stream, vocab_size: int, table: CostTable, *, bu
     cost = 0.0
     while i < len(full):
         draft = list(idx.draft(full[:i], budget).tokens)
-        a = _accepted(draft, full[i:])
+        a = held(draft, full[i:])
         k = max(a, min_draft)
         if a and k <= len(draft) and a + 1 > table.cost(k + 1):
             idx.truncate_pending(k)
@@ -161,7 +152,7 @@ def replay_stream(stream: Stream, vocab_size: int, result: WorkloadResult, *, bu
             draft = draft[:k]
             if not k:
                 source = NO_DRAFT
-        accepted = _accepted(draft, full[i:])
+        accepted = held(draft, full[i:])
         commit = full[i: i + accepted + 1]
         idx.observe(commit)
         if policy is not None:

@@ -60,7 +60,7 @@ from fucina.speculative.recycling import Recycling
 from fucina.speculative.resume import Resume
 from fucina.speculative.sam import SamIndex
 from fucina.speculative.sam_cursor import SamCursor
-from fucina.speculative.source import NO_DRAFT, Draft
+from fucina.speculative.source import NO_DRAFT, Draft, held
 
 __all__ = ["CascadeOptions", "CascadeStats", "SpeculationIndex", "options_for_costs"]
 
@@ -286,11 +286,7 @@ class SpeculationIndex:
             self._realign.observe(toks)
         pending, self._pending = self._pending, None
         if pending is not None:
-            accepted = 0
-            for d, c in zip(pending.draft, toks):
-                if d != c:
-                    break
-                accepted += 1
+            accepted = held(pending.draft, toks)
             for score in (pending.score, pending.also):
                 if score is not None:
                     score.accepted += accepted

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from fucina.speculative.source import held
+
 __all__ = ["Realign", "WINDOW", "MAX_RUN", "MAX_LEAD", "MAX_CONFIDENCE"]
 
 #: How far past the break the answer may rejoin the copy (tokens of ``S`` replaced or dropped).
@@ -53,16 +55,6 @@ MAX_CONFIDENCE = 8
 #: Bound on realign's lead over the SAMs: so many steps its draft held less far than theirs give
 #: them the step back, however long realign led.
 MAX_LEAD = 4
-
-
-def _held(draft: Sequence[int], committed: Sequence[int]) -> int:
-    """Length of the common prefix of a draft and the committed slice: how far the draft held."""
-    n = 0
-    for d, c in zip(draft, committed):
-        if d != c:
-            break
-        n += 1
-    return n
 
 
 class Realign:
@@ -132,7 +124,7 @@ class Realign:
         if self._contest is not None:
             mine, theirs = self._contest
             self._contest = None
-            diff = _held(mine, committed) - _held(theirs, committed)
+            diff = held(mine, committed) - held(theirs, committed)
             self._lead = max(-MAX_LEAD, min(MAX_LEAD, self._lead + (diff > 0) - (diff < 0)))
         own = offer is not None and offer[0] is self._stream and offer[1] == self.start()
         self._last = int(committed[-1])
@@ -143,11 +135,7 @@ class Realign:
                     self._stream = None
             return
         stream, start, tokens, end, match = offer
-        a = 0
-        for d, c in zip(tokens, committed):
-            if d != c:
-                break
-            a += 1
+        a = held(tokens, committed)
         if a < len(tokens) and a < len(committed):  # the offer broke at stream[start + a]
             if not a:  # no copy broke, a guess failed (its own pick-up: still the same break)
                 if self._stream is not None:

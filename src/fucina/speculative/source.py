@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Draft", "DraftSource", "NO_DRAFT"]
+__all__ = ["Draft", "DraftSource", "NO_DRAFT", "held"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,17 @@ class Draft:
 
 #: The empty offer (nothing to draft, confidence unknown).
 NO_DRAFT = Draft()
+
+
+def held(draft: Sequence[int], committed: Sequence[int]) -> int:
+    """How far a draft held: the length of its common prefix with the tokens committed there
+    (its accepted tokens, when it was verified). E.g. ``held([5, 6, 7], [5, 6, 9, 1]) == 2``."""
+    n = 0
+    for d, c in zip(draft, committed):
+        if d != c:
+            break
+        n += 1
+    return n
 
 
 @runtime_checkable
