@@ -70,6 +70,7 @@ class Realign:
         self._run = 0  # tokens committed since the break
         self._copied = 0  # length of the copy that broke: the offer's match and the tokens it held
         self._last = -1  # last committed token
+        self._at = -1  # where the draft begins (start()), derived in observe: the only place its inputs change
         self._contest: tuple[list[int], list[int]] | None = None  # this step's (realign's, the SAMs') drafts
         self._lead = 0
 
@@ -82,11 +83,6 @@ class Realign:
     def stream(self) -> Sequence[int] | None:
         """The stream the broken copy was read from (None when not armed)."""
         return self._stream
-
-    @property
-    def lead(self) -> int:
-        """Steps realign's drafts held further than the SAMs', less the reverse (clipped)."""
-        return self._lead
 
     def takes(self, sams_draft: bool) -> bool:
         """Whether :meth:`contest` would hand realign the step (``sams_draft``: whether the SAMs have
@@ -126,30 +122,28 @@ class Realign:
             self._contest = None
             diff = held(mine, committed) - held(theirs, committed)
             self._lead = max(-MAX_LEAD, min(MAX_LEAD, self._lead + (diff > 0) - (diff < 0)))
-        own = offer is not None and offer[0] is self._stream and offer[1] == self.start()
         self._last = int(committed[-1])
-        if offer is None:
+        a = 0 if offer is None else held(offer[2], committed)
+        if offer is None or (not a and a < len(offer[2])):
+            # No offer, or a guess failed at once (realign's own: still the same break): not a new
+            # break, the answer only went on without rejoining the copy.
             if self._stream is not None:
                 self._run += len(committed)
                 if self._run > MAX_RUN:
                     self._stream = None
-            return
-        stream, start, tokens, end, match = offer
-        a = held(tokens, committed)
-        if a < len(tokens) and a < len(committed):  # the offer broke at stream[start + a]
-            if not a:  # no copy broke, a guess failed (its own pick-up: still the same break)
-                if self._stream is not None:
-                    self._run += len(committed)
-                    if self._run > MAX_RUN:
-                        self._stream = None
-                return
+        elif a < len(offer[2]) and a < len(committed):  # the copy broke at stream[start + a]
+            stream, start, _, end, match = offer
             self._stream, self._p, self._run, self._end = stream, start + a, len(committed) - a, end
             self._copied = match + a
         else:  # every committed token was the copy's (or the offer ran out): the SAMs go on with it
             self._stream = None
+        self._at = self._find_start()
 
     def start(self) -> int:
         """Where the draft begins in :attr:`stream` (see the module docstring); -1 when not armed."""
+        return self._at
+
+    def _find_start(self) -> int:
         stream = self._stream
         if stream is None:
             return -1
