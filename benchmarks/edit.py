@@ -4,8 +4,11 @@
 
 Each task is a 60-200-line function of Python's standard library (read with :mod:`inspect`, so every
 machine has the same ones) and an instruction to rename one of its parameters; the original source is
-sent as OpenAI's ``prediction``. Three servers of the same model, each seeing every prompt once (a
-per-repeat header keeps the prefix cache from serving one method's prefill to another):
+sent as OpenAI's ``prediction``. Three servers of the same model, started afresh for every repeat, so
+each sees every prompt once and no prefix cache serves a prefill it did not compute. The prompt is the same
+in every repeat: an earlier version put the repeat's number in it to defeat the cache, and that changed the
+model's answer (Qwen2.5-Coder answered one task with the signature alone in two repeats of three), so the
+medians mixed different work:
 
 * ``prediction``: speculative, with the prediction;
 * ``none``: speculative, no prediction (drafts from the prompt and the answer only);
@@ -76,14 +79,14 @@ def _instruction(task: dict) -> str:
     return f"Rename the parameter `{task['param']}` to `{task['param']}_arg` everywhere in this function."
 
 
-def completion_prompt(task: dict, repeat: int) -> str:
-    return (f"# Edit request {repeat}. {_instruction(task)}\n# Original:\n```python\n{task['source']}```\n"
+def completion_prompt(task: dict) -> str:
+    return (f"# Edit request. {_instruction(task)}\n# Original:\n```python\n{task['source']}```\n"
             f"# Edited (the whole function, nothing else changed):\n```python\n")
 
 
-def chat_messages(task: dict, repeat: int) -> list[dict]:
+def chat_messages(task: dict) -> list[dict]:
     # The phrasing SmolLM2-135M-Instruct answers with code (others made it describe the function).
-    return [{"role": "user", "content": f"Edit request {repeat}. Here is a function:\n```python\n{task['source']}```\n"
+    return [{"role": "user", "content": f"Edit request. Here is a function:\n```python\n{task['source']}```\n"
                                         f"Write it again, but rename the argument `{task['param']}` to "
                                         f"`{task['param']}_arg`. Start your answer with ```python"}]
 
@@ -93,10 +96,10 @@ def _request(client, server, task: dict, repeat: int, method: str, chat: bool, g
     if method == "prediction":
         body["prediction"] = {"type": "content", "content": task["source"]}
     if chat:
-        body["messages"] = chat_messages(task, repeat)
+        body["messages"] = chat_messages(task)
         path = "/v1/chat/completions"
     else:
-        body["prompt"] = completion_prompt(task, repeat)
+        body["prompt"] = completion_prompt(task)
         path = "/v1/completions"
     r = client.post(server.url + path, json=body, timeout=600)
     r.raise_for_status()
@@ -176,8 +179,8 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
             continue
         seen.add((s["task"], s["text"]))
         task = tasks[s["task"]]
-        text = (vocab.apply_chat_template(chat_messages(task, s["repeat"])) if meta["endpoint"] == "chat"
-                else completion_prompt(task, s["repeat"]))
+        text = (vocab.apply_chat_template(chat_messages(task)) if meta["endpoint"] == "chat"
+                else completion_prompt(task))
         stream = Stream(vocab.tokenize(text, add_bos=False, special=True),
                         vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)])
         row = {"task": s["task"], "repeat": s["repeat"], "tokens": len(stream.continuation)}
@@ -240,25 +243,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="fucina-edit-"))
     out.mkdir(parents=True, exist_ok=True)
     path = resolve_model(a.model)
-    servers = {}
-    try:
-        for m in METHODS:
-            (out / m).mkdir(exist_ok=True)
-            servers[m] = Server("fucina-plain" if m == "plain" else "fucina", a.model, path, a.ctx, threads, None,
-                                out / m)
-        for s in servers.values():
-            s.wait_ready(httpx)
-        samples = []
-        with httpx.Client() as client:
-            for r in range(a.repeats):
+    samples: list[dict] = []
+    with httpx.Client() as client:
+        for r in range(a.repeats):
+            # Fresh servers each repeat: the same prompt again must be prefilled again (TTFT) and no
+            # server's prefix cache may hold an earlier repeat's prompt.
+            servers = {}
+            try:
+                for m in METHODS:
+                    (out / m).mkdir(exist_ok=True)
+                    servers[m] = Server("fucina-plain" if m == "plain" else "fucina", a.model, path, a.ctx,
+                                        threads, None, out / m)
+                for s in servers.values():
+                    s.wait_ready(httpx)
                 for i, task in enumerate(tasks):
                     order = METHODS[(r + i) % 3:] + METHODS[:(r + i) % 3]  # rotate who goes first
                     for m in order:
                         samples.append(_request(client, servers[m], task, r, m, chat, a.gen))
-                print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
-    finally:
-        for s in servers.values():
-            s.stop()
+            finally:
+                for s in servers.values():
+                    s.stop()
+            print(f"repeat {r + 1}/{a.repeats} done", file=sys.stderr)
     summary = summarize(samples)
     meta = {"model": a.model, "endpoint": "chat" if chat else "completions", "tasks": len(tasks),
             "repeats": a.repeats, "gen": a.gen, "level": samples[0]["level"] if samples else "?",
