@@ -21,9 +21,10 @@ plain server's token for token (on the patched engine it must: the level is *exa
 
 ``python -m benchmarks.edit --bounds DIR/samples.json --cost-table TABLE`` reads what the drafts allow,
 model-free: each distinct plain answer replayed through the index (the prediction as its reference, as the
-server holds it) and the policy under a cost table, with and without the realign source: the policy's
-projected speedup and the perfect decision's (each draft verified exactly as far as it holds, where that
-pays), so a measured speedup is read against its bound.
+server holds it) and the policy under a cost table, through three cascades: before realign and rewrite
+rules, realign alone, and the default (both). For each: the policy's projected speedup and the perfect
+decision's (each draft verified exactly as far as it holds, where that pays), so a measured speedup is
+read against its bound.
 """
 
 from __future__ import annotations
@@ -157,6 +158,19 @@ def render(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def _bound_cascades() -> dict:
+    from fucina.speculative.index import CascadeOptions
+
+    return {"before": CascadeOptions(recycling=False, realign=False, rewrite=False),
+            "realign": CascadeOptions(recycling=False, rewrite=False),
+            "default": CascadeOptions(recycling=False)}
+
+
+#: The cascades ``--bounds`` replays each answer through: before realign and rewrite rules, realign
+#: alone, and the default (realign and rewrite rules); recycling off as on CPU tables.
+BOUND_CASCADES = _bound_cascades()
+
+
 def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
     """Per distinct plain answer of a run's ``samples.json``: projected and perfect-decision speedups
     under the table (see the module docstring), realign on and off. Model-free: nothing is timed."""
@@ -165,7 +179,6 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
     from benchmarks.replay.tally import WorkloadResult
     from fucina.catalog import load_tokenizer
     from fucina.speculative.costs import CostTable
-    from fucina.speculative.index import CascadeOptions
     from fucina.speculative.policy import WordPieces
 
     meta = recorded["meta"]
@@ -184,10 +197,10 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
         stream = Stream(vocab.tokenize(text, add_bos=False, special=True),
                         vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)])
         row = {"task": s["task"], "repeat": s["repeat"], "tokens": len(stream.continuation)}
-        for name, realign in (("no_realign", False), ("realign", True)):
+        for name, options in BOUND_CASCADES.items():
             result = WorkloadResult(name)
             replay_stream(stream, vocab.vocab_size, result, budget=budget, table=table, pieces=pieces,
-                          options=CascadeOptions(recycling=False, realign=realign))
+                          options=options)
             d = result.as_dict()
             row[name] = {"steps": d["steps"], "policy": d["projected_speedup"], "perfect": d["perfect_policy_speedup"]}
         rows.append(row)
@@ -195,12 +208,11 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
 
 
 def render_bounds(rows: Sequence[dict]) -> str:
-    lines = ["| task | repeat | answer tokens | policy | perfect decision | policy, realign | perfect, realign |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| task | repeat | answer tokens | " + " | ".join(f"policy, {n} | perfect, {n}" for n in BOUND_CASCADES)
+             + " |", "|---|---:|---:|" + "---:|---:|" * len(BOUND_CASCADES)]
     for r in rows:
-        a, b = r["no_realign"], r["realign"]
-        lines.append(f"| {r['task']} | {r['repeat']} | {r['tokens']} | {a['policy']:.2f}x | {a['perfect']:.2f}x | "
-                     f"{b['policy']:.2f}x | {b['perfect']:.2f}x |")
+        cells = " | ".join(f"{r[n]['policy']:.2f}x | {r[n]['perfect']:.2f}x" for n in BOUND_CASCADES)
+        lines.append(f"| {r['task']} | {r['repeat']} | {r['tokens']} | {cells} |")
     return "\n".join(lines)
 
 

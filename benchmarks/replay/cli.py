@@ -136,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="feed recycling top-K rows synthesized from the stream's own bigrams")
     ap.add_argument("--no-realign", action="store_true",
                     help="cascade without the realign source (the ablation of a broken copy picked up again)")
+    ap.add_argument("--no-rewrite", action="store_true",
+                    help="cascade without rewrite rules (the ablation of drafts rewritten by the answer's edits)")
     pricing = ap.add_mutually_exclusive_group()
     pricing.add_argument("--cost-table", type=Path, default=None,
                          help="a verify cost table (JSON, as cached by fucina): the policy chooses the "
@@ -145,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="with a table: verify every candidate whole, priced under the table")
     ap.add_argument("--match-only", action="store_true",
                     help="the policy priced on match length alone: no fork flags, no resume or realign source, "
+                         "no rewrite rules, "
                          "sampled and greedy streams learned together (fucina bench's match_only)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="index vocabulary (default: the tokenizer's, else max id + 1)")
@@ -365,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Refused as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
-    cascade = CascadeOptions(recycling=not args.no_recycling, realign=not args.no_realign)
+    cascade = CascadeOptions(recycling=not args.no_recycling, realign=not args.no_realign,
+                             rewrite=not args.no_rewrite)
     policy = PolicyOptions()
     if args.match_only:
         cascade, policy = match_only(cascade, policy)

@@ -50,10 +50,12 @@ def test_bounds_read_what_the_drafts_allow_for_each_distinct_plain_answer(tmp_pa
     CostTable(((2, 1.3), (8, 2.0), (64, 6.0)), "test: a cheap verify").save(table)
     rows = bounds(recorded, table)
     assert len(rows) == 1 and rows[0]["tokens"] > 100  # one distinct plain answer; the others are skipped
-    for name in ("no_realign", "realign"):
+    for name in ("before", "realign", "default"):
         b = rows[0][name]
         assert 1.0 <= b["policy"] <= b["perfect"] + 1e-9
-    # Renaming the parameter everywhere breaks the copy at each use: realign picks it up again in fewer steps.
-    assert rows[0]["realign"]["steps"] < rows[0]["no_realign"]["steps"]
-    assert rows[0]["realign"]["perfect"] > rows[0]["no_realign"]["perfect"]
+    # Renaming the parameter everywhere breaks the copy at each use: realign picks it up again in fewer steps,
+    # and rewrite rules (the default) let drafts run through the renames the policy verifies.
+    assert rows[0]["realign"]["steps"] < rows[0]["before"]["steps"]
+    assert rows[0]["realign"]["perfect"] > rows[0]["before"]["perfect"]
+    assert rows[0]["default"]["policy"] > rows[0]["realign"]["policy"]
     assert render_bounds(rows).count("\n") == 2 and task["id"] in render_bounds(rows)
