@@ -211,14 +211,11 @@ def long_source(seed: int) -> list[int]:
     return [t for _ in range(8) for t in (7, *rng.choice(np.arange(20, 250), size=12, replace=False).tolist())]
 
 
-@pytest.mark.parametrize("opts", [SamplerOptions(), SamplerOptions(temperature=0.8, top_k=20, seed=7)],
-                         ids=["greedy", "sampled"])
-@pytest.mark.parametrize("seed", [4, 5])
-def test_decoding_with_realign_drafts_is_lossless(opts, seed):
-    # The model renames 7 to 7 300 through a copy of its prompt (sampled, it also strays from the
-    # copy), so copies break, realign drafts, and some of its drafts fail; the committed stream is
-    # plain decoding's all the same.
-    source = long_source(seed)
+def assert_rename_lossless(source: list[int], opts: SamplerOptions, seed: int,
+                           idx: SpeculationIndex) -> tuple[list[int], list[int]]:
+    """Decode a model that renames 7 to 7 300 in ``source`` (a RenameFake) plainly and speculatively
+    through ``idx`` (every draft verified), assert the two streams equal token for token, and return
+    (plain's tokens, the rename script)."""
     prompt = [7, 300, 4, *source, 3]
     script = [t for s in source for t in ((7, 300) if s == 7 else (s,))]
 
@@ -228,10 +225,21 @@ def test_decoding_with_realign_drafts_is_lossless(opts, seed):
     plain = PlainDecoder(model(), Sampler(opts))
     plain.feed(prompt)
     expected = list(plain.generate(len(script)))
-    idx = SpeculationIndex(V, CascadeOptions(recycling=False))
     d = SpeculativeDecoder(model(), idx, Sampler(opts), SpecOptions(verify_all=True), cost_table=FREE)
     d.feed(prompt)
     assert list(d.generate(len(script))) == expected
+    return expected, script
+
+
+@pytest.mark.parametrize("opts", [SamplerOptions(), SamplerOptions(temperature=0.8, top_k=20, seed=7)],
+                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize("seed", [4, 5])
+def test_decoding_with_realign_drafts_is_lossless(opts, seed):
+    # The model renames 7 to 7 300 through a copy of its prompt (sampled, it also strays from the
+    # copy), so copies break, realign drafts, and some of its drafts fail; the committed stream is
+    # plain decoding's all the same.
+    idx = SpeculationIndex(V, CascadeOptions(recycling=False))
+    expected, script = assert_rename_lossless(long_source(seed), opts, seed, idx)
     realigned = idx.stats()["realign"]
     assert realigned.drafted > 0
     if opts.temperature == 0:

@@ -6,12 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fucina.plain import PlainDecoder
-from fucina.sampling import Sampler, SamplerOptions
-from fucina.speculative.decoder import SpecOptions, SpeculativeDecoder
+from fucina.sampling import SamplerOptions
 from fucina.speculative.index import CascadeOptions, SpeculationIndex
 from fucina.speculative.rewrite import MAX_RULES, MAX_RUN, Rewriter
-from tests.speculative.test_realign import FREE, RenameFake, long_source
+from tests.speculative.test_realign import assert_rename_lossless, long_source
 
 V = 400
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -206,23 +204,12 @@ def test_decoding_with_rewritten_drafts_is_lossless(opts, seed, planted):
     # garbage after common tokens, most rewritten drafts are wrong. The committed stream is plain
     # decoding's all the same.
     source = long_source(seed) + long_source(seed + 10)
-    prompt = [7, 300, 4, *source, 3]
-    script = [t for s in source for t in ((7, 300) if s == 7 else (s,))]
-
-    def model() -> RenameFake:
-        return RenameFake(len(prompt), script, 9.0, seed=seed)
-
-    plain = PlainDecoder(model(), Sampler(opts))
-    plain.feed(prompt)
-    expected = list(plain.generate(len(script)))
     idx = SpeculationIndex(V, CascadeOptions(recycling=False))
     assert idx._rewriter is not None
     if planted:
         for t in source[:40]:
             idx._rewriter._learn((t,), (t, 311, 310))
-    d = SpeculativeDecoder(model(), idx, Sampler(opts), SpecOptions(verify_all=True), cost_table=FREE)
-    d.feed(prompt)
-    assert list(d.generate(len(script))) == expected
+    expected, script = assert_rename_lossless(source, opts, seed, idx)
     if planted:
         assert idx._rewriter.forgotten > 0  # rewritten drafts were offered and rejected
     elif opts.temperature == 0:
