@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from fucina.speculative.index import CascadeOptions
+
 #: (module, qualified name, parameter to rename): stdlib functions of 60-200 lines in CPython 3.11.
 CANDIDATES = (
     ("textwrap", "TextWrapper._wrap_chunks", "chunks"),
@@ -158,22 +160,17 @@ def render(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def _bound_cascades() -> dict:
-    from fucina.speculative.index import CascadeOptions
-
-    return {"before": CascadeOptions(recycling=False, realign=False, rewrite=False),
-            "realign": CascadeOptions(recycling=False, rewrite=False),
-            "default": CascadeOptions(recycling=False)}
-
-
 #: The cascades ``--bounds`` replays each answer through: before realign and rewrite rules, realign
 #: alone, and the default (realign and rewrite rules); recycling off as on CPU tables.
-BOUND_CASCADES = _bound_cascades()
+BOUND_CASCADES = {"before": CascadeOptions(recycling=False, realign=False, rewrite=False),
+                  "realign": CascadeOptions(recycling=False, rewrite=False),
+                  "default": CascadeOptions(recycling=False)}
 
 
 def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
     """Per distinct plain answer of a run's ``samples.json``: projected and perfect-decision speedups
-    under the table (see the module docstring), realign on and off. Model-free: nothing is timed."""
+    under the table (see the module docstring), through each of :data:`BOUND_CASCADES`. Model-free: nothing
+    is timed."""
     from benchmarks.replay.inputs import Stream
     from benchmarks.replay.simulate import replay_stream
     from benchmarks.replay.tally import WorkloadResult

@@ -48,6 +48,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
+from fucina.speculative.source import held
+
 __all__ = ["Rewriter", "WINDOW", "CONFIRM", "MAX_RUN", "MAX_RULES", "MAX_CREDIT"]
 
 #: Most tokens of the copy a rule replaces and most tokens it writes instead.
@@ -105,30 +107,31 @@ class Rewriter:
             self._offer = (toks, [None] * len(toks))
             return toks, None if forks is None else list(forks)[:limit], len(toks)
         seq = [self._last, *toks]  # seq[t] is toks[t - 1]
+
+        def emit(token: int, rule: tuple[int, ...] | None, fork: bool) -> None:
+            out.append(token)
+            why.append(rule)
+            if flags is not None:
+                flags.append(fork)
+
+        def copy(t: int, rule: tuple[int, ...] | None = None) -> None:  # the draft's own seq[t], t >= 1
+            emit(seq[t], rule, forks is not None and bool(forks[t - 1]))
+
         t = 0
         while t < len(seq):
             key = self._match(seq, t)
             if key is None:
                 if t:
-                    out.append(seq[t])
-                    why.append(None)
-                    if flags is not None:
-                        flags.append(bool(forks[t - 1]))
+                    copy(t)
                 t += 1
                 continue
             # value = (L, *written, D[j]) (a general insertion: (L, *written)): L stays (seq[t]),
             # the written tokens go out, and the copy resumes at the key's last token (after L).
             if t:
-                out.append(seq[t])
-                why.append(None)
-                if flags is not None:
-                    flags.append(bool(forks[t - 1]))
+                copy(t)
             first = min(first, len(out))
             for w in _written(key, self._rules[key]):
-                out.append(w)
-                why.append(key)
-                if flags is not None:
-                    flags.append(False)
+                emit(w, key, False)
             if len(key) == 1:
                 t += 1
                 continue
@@ -136,10 +139,7 @@ class Rewriter:
             # The token the copy resumes at is charged to the rule too: a rule that deletes
             # (nothing written) is judged by whether the answer goes on there.
             if t < len(seq):
-                out.append(seq[t])
-                why.append(key)
-                if flags is not None:
-                    flags.append(bool(forks[t - 1]))
+                copy(t, key)
                 t += 1
         if limit is not None:
             del out[limit:], why[limit:]
@@ -171,9 +171,7 @@ class Rewriter:
         broke = None  # (L, D, C) if the offer broke at a token of the copy
         if offer is not None:
             draft, why = offer
-            a = 0
-            while a < len(draft) and a < len(toks) and draft[a] == toks[a]:
-                a += 1
+            a = held(draft, toks)
             for key in {why[n] for n in range(a) if why[n] is not None}:
                 if key in self._credit:  # a rule's tokens held: its edit is this answer's
                     self._credit[key] = min(MAX_CREDIT, self._credit[key] + 1)
@@ -231,9 +229,7 @@ class Rewriter:
             return
         if key not in self._rules:
             if len(self._rules) >= MAX_RULES:
-                oldest = next(iter(self._rules))
-                del self._rules[oldest], self._credit[oldest]
-                self._by_first[oldest[0]].remove(oldest)
+                self._drop(next(iter(self._rules)))  # the oldest
             keys = self._by_first.setdefault(key[0], [])
             keys.append(key)
             keys.sort(key=len, reverse=True)
@@ -248,9 +244,12 @@ class Rewriter:
             return
         self._credit[key] -= 2
         if self._credit[key] < 0:
-            del self._rules[key], self._credit[key]
-            self._by_first[key[0]].remove(key)
+            self._drop(key)
             self.forgotten += 1
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        del self._rules[key], self._credit[key]
+        self._by_first[key[0]].remove(key)
 
 
 def _written(key: tuple[int, ...], value: tuple[int, ...]) -> tuple[int, ...]:
