@@ -103,7 +103,8 @@ def _group(cols_fn, row: np.ndarray, group: np.ndarray, g: int) -> np.ndarray:
 
 def _one(cpu, k: Kernel, row: np.ndarray, col: np.ndarray) -> np.float32:
     out = np.zeros(1, dtype=np.float32)
-    getattr(cpu, k.one)(ctypes.c_int(N), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0),
+    n = row.size // k.weight_bytes * k.block  # N, or another whole number of blocks
+    getattr(cpu, k.one)(ctypes.c_int(n), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0),
                         row.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0),
                         col.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(0), ctypes.c_int(1))
     return out[0]
@@ -240,7 +241,7 @@ def _block_ints(k: Kernel, blk: np.ndarray, a: np.ndarray) -> tuple[np.float32, 
 def canonical_dot(k: Kernel, row: np.ndarray, col: np.ndarray, order=None) -> np.float32:
     """The dot product kquant_common.c defines, from the blocks' bytes (``order``: the blocks' order)."""
     acc = np.float32(0.0)
-    for i in order if order is not None else range(N // k.block):
+    for i in order if order is not None else range(row.size // k.weight_bytes):
         d, dmin, s1, s2 = _block_ints(k, row[i * k.weight_bytes:(i + 1) * k.weight_bytes], _q8_K(col, i)[1])
         yd = _q8_K(col, i)[0]
         r = _f32(s1) * d
@@ -258,6 +259,23 @@ def test_the_k_quant_kernels_compute_the_canonical_dot_product(libs, k):
     for r in rows[:8]:
         for c in cols[:6]:
             assert _one(cpu, k, r, c).tobytes() == canonical_dot(k, r, c).tobytes(), k.weight
+
+
+@pytest.mark.parametrize("k", KERNELS[1:], ids=lambda k: k.weight)
+@pytest.mark.parametrize("blocks", [1, 3, 5, 7])
+def test_an_odd_number_of_blocks_is_the_canonical_dot_product_too(libs, k, blocks):
+    """Rows of 1, 3, 5 and 7 blocks (the one-column kernel takes blocks in pairs, then the last alone),
+    cut from the test's rows and columns: vec_dot gives the exact model's bits."""
+    _, cpu = libs
+    rows, cols = _data(libs, k, seed=13)
+
+    def cut(a: np.ndarray, size: int) -> np.ndarray:  # the first `blocks` blocks of two consecutive rows
+        return np.ascontiguousarray(a.reshape(-1, size)[:blocks].reshape(-1))
+
+    for i in range(0, 8, 2):
+        for c in range(0, 6, 2):
+            r, col = cut(rows[i:i + 2], k.weight_bytes), cut(cols[c:c + 2], k.act_bytes)
+            assert _one(cpu, k, r, col).tobytes() == canonical_dot(k, r, col).tobytes(), (k.weight, blocks)
 
 
 def test_the_canonical_model_sees_a_changed_block_order(libs):

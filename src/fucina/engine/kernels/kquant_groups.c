@@ -66,6 +66,7 @@ FUCINA_INLINE void FUCINA_GROUP(q4_K)(const int nb, float * GGML_RESTRICT s, siz
         }
         for (int j = 0; j < QK_K/64; ++j) {
             // 1. 64 of the row's values and their two scales, unpacked once for every column.
+            _mm_prefetch((const char *) (x[i].qs + 32*j) + FUCINA_PF, _MM_HINT_T0);
             const __m256i q4bits = _mm256_loadu_si256((const __m256i *) (x[i].qs + 32*j));
             const FUCINA_W2 q4 = FUCINA_PAIR(_mm256_and_si256(q4bits, m4),
                                              _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4));
@@ -102,6 +103,8 @@ FUCINA_INLINE void FUCINA_GROUP(q6_K)(const int nb, float * GGML_RESTRICT s, siz
         }
         for (int j = 0; j < QK_K/128; ++j) {
             // 1. 128 six-bit values (4 x 32 bytes) and their scales, unpacked once for every column.
+            _mm_prefetch((const char *) (x[i].ql + 64*j) + FUCINA_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *) (x[i].ql + 64*j) + FUCINA_PF + 64, _MM_HINT_T0);
             const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *) (x[i].ql + 64*j));
             const __m256i q4bits2 = _mm256_loadu_si256((const __m256i *) (x[i].ql + 64*j + 32));
             const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *) (x[i].qh + 32*j));

@@ -48,16 +48,17 @@ FUCINA_INLINE __m256i fucina_q4_K_lanes(const block_q4_K * GGML_RESTRICT x, cons
     const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
     const __m256i scales = MM256_SET_M128I(sc128, sc128);
     *mins = fucina_k4_mins_prod(_mm256_extracti128_si256(mins_and_scales, 1), y);
-    __m256i sumi = _mm256_setzero_si256();
+    fucina_pair sumi = fucina_ymm_pair(_mm256_setzero_si256(), _mm256_setzero_si256());
     for (int j = 0; j < QK_K/64; ++j) {
+        _mm_prefetch((const char *) (x->qs + 32*j) + FUCINA_PF, _MM_HINT_T0);
         const __m256i q4bits = _mm256_loadu_si256((const __m256i *) (x->qs + 32*j));
         const fucina_pair q4 = fucina_ymm_pair(_mm256_and_si256(q4bits, m4),
                                                _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4));
         const fucina_pair sc = fucina_ymm_pair(_mm256_shuffle_epi8(scales, get_scale_shuffle_k4(2*j+0)),
                                                _mm256_shuffle_epi8(scales, get_scale_shuffle_k4(2*j+1)));
-        sumi = fucina_ymm_dot2(sumi, q4, sc, fucina_ymm_load2(y->qs + 64*j));
+        sumi = fucina_ymm_dot2_split(sumi, q4, sc, fucina_ymm_load2(y->qs + 64*j));
     }
-    return sumi;
+    return _mm256_add_epi32(sumi.lo, sumi.hi);
 }
 
 // Two blocks' S1 and S2, each summed exactly, as floats: S1a S1b S2a S2b.
@@ -98,8 +99,10 @@ FUCINA_INLINE __m256i fucina_q6_K_lanes(const block_q6_K * GGML_RESTRICT x, cons
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i m15 = _mm256_set1_epi8(15);
     const __m128i scales = _mm_loadu_si128((const __m128i *) x->scales);
-    __m256i sumi = _mm256_setzero_si256();
+    fucina_pair s01 = fucina_ymm_pair(_mm256_setzero_si256(), _mm256_setzero_si256()), s23 = s01;
     for (int j = 0; j < QK_K/128; ++j) {
+        _mm_prefetch((const char *) (x->ql + 64*j) + FUCINA_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *) (x->ql + 64*j) + FUCINA_PF + 64, _MM_HINT_T0);
         const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *) (x->ql + 64*j));
         const __m256i q4bits2 = _mm256_loadu_si256((const __m256i *) (x->ql + 64*j + 32));
         const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *) (x->qh + 32*j));
@@ -110,14 +113,15 @@ FUCINA_INLINE __m256i fucina_q6_K_lanes(const block_q6_K * GGML_RESTRICT x, cons
                                            _mm256_and_si256(q4bitsH, _mm256_set1_epi8(48)));
         const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m15),
                                            _mm256_srli_epi16(_mm256_and_si256(q4bitsH, _mm256_set1_epi8(-64)), 2));
-        const fucina_pair s01 = fucina_ymm_pair(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+0))),
-                                                _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+1))));
-        const fucina_pair s23 = fucina_ymm_pair(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+2))),
-                                                _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+3))));
+        const fucina_pair sc01 = fucina_ymm_pair(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+0))),
+                                                 _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+1))));
+        const fucina_pair sc23 = fucina_ymm_pair(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+2))),
+                                                 _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, get_scale_shuffle(4*j+3))));
         const int8_t * GGML_RESTRICT q8 = y->qs + 128*j;
-        sumi = fucina_ymm_dot2(sumi, fucina_ymm_pair(q0, q1), s01, fucina_ymm_load2(q8));
-        sumi = fucina_ymm_dot2(sumi, fucina_ymm_pair(q2, q3), s23, fucina_ymm_load2(q8 + 64));
+        s01 = fucina_ymm_dot2_split(s01, fucina_ymm_pair(q0, q1), sc01, fucina_ymm_load2(q8));
+        s23 = fucina_ymm_dot2_split(s23, fucina_ymm_pair(q2, q3), sc23, fucina_ymm_load2(q8 + 64));
     }
+    const __m256i sumi = _mm256_add_epi32(_mm256_add_epi32(s01.lo, s01.hi), _mm256_add_epi32(s23.lo, s23.hi));
     const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y->bsums);
     const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)), 5);
     return _mm256_sub_epi32(sumi, q8sclsub);
