@@ -22,7 +22,11 @@ model's chat template rendered by fucina, special tokens parsed, as all three se
 
 * **tasks**: each bench task's prompt, ``gen`` tokens, streamed; per request the client measures
   TTFT (request sent -> first text) and decode speed ((tokens - 1) / (last text - first text)).
-  Servers are interleaved per repeat (every server runs a task before any runs it again). From the
+  Servers are interleaved per repeat (every server runs a task before any runs it again), with a pause
+  (``--settle``, 1 s) whenever the next request goes to another server: after a request llama.cpp's
+  OpenMP threads spin on for a while, and on 2 cores they slowed whichever server was timed next
+  (fucina, which followed ``ngram-simple``: 1.98x on code edits against 2.63x without llama.cpp's
+  servers up, 2026-12-07). From the
   second repeat on, a server has served the same request before, which a server that remembers across
   requests (``ngram-mod``, ``fucina-xreq``) drafts from: the report keeps those **seen-before** requests
   apart from the **first-sight** ones. ``--fresh`` restarts every server before each repeat, so every
@@ -352,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fresh", action="store_true",
                     help="restart every server before each repeat, so no request is one it served before")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds to wait before a request when the one before went to another server: "
+                         "llama.cpp's OpenMP threads spin on after a request and would slow the next server's")
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--session-gen", type=int, default=32, help="tokens per agent turn")
@@ -417,7 +424,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in running:
             s.wait_ready(httpx)
 
+    last: list = [None]  # the server the previous request went to
+
     def request(s, prompt: str, max_tokens: int):
+        if last[0] is not None and last[0] is not s:
+            time.sleep(a.settle)  # the other server's threads stop spinning before this one is timed
+        last[0] = s
         if isinstance(s, InProcess):
             return s.stream(prompt, max_tokens)
         return stream_completion(httpx, s.url, s.model_id, prompt, max_tokens, count)
