@@ -424,12 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in running:
             s.wait_ready(httpx)
 
-    last: list = [None]  # the server the previous request went to
+    last = None  # the server the previous request went to
 
     def request(s, prompt: str, max_tokens: int):
-        if last[0] is not None and last[0] is not s:
+        nonlocal last
+        if last is not None and last is not s:
             time.sleep(a.settle)  # the other server's threads stop spinning before this one is timed
-        last[0] = s
+        last = s
         if isinstance(s, InProcess):
             return s.stream(prompt, max_tokens)
         return stream_completion(httpx, s.url, s.model_id, prompt, max_tokens, count)

@@ -24,8 +24,8 @@ define the dot product itself (``kernels/kquant_common.c``) as the arithmetic of
 K-quant kernel — exact integers per 256-value block, then three float steps per block in block order —
 and give it three implementations that compute it bit for bit: the one-column ``vec_dot`` (a decode
 step; on the AMX Xeon at stock's speed, on an AMD EPYC Zen 4 at 1.19x the time of stock's repacked Q4_K
-gemv, which this engine cannot use: BENCHMARKS.md, "The one-column kernels on a CPU without AMX"), column groups (a weight row unpacked once for up to 8 activation columns;
-verifies) and the tiled kernel itself (:data:`TILED_KQUANTS`; from 20 rows, so long verifies and
+gemv, which this engine cannot use: BENCHMARKS.md, "The one-column kernels on a CPU without AMX"),
+column groups (a weight row unpacked once for up to 8 activation columns; verifies) and the tiled kernel itself (:data:`TILED_KQUANTS`; from 20 rows, so long verifies and
 prompt prefill run at upstream's fastest speed). Which one serves a batch is a question of speed only
 (``tests/test_kernels.py`` checks the first two against an exact model of the arithmetic, the engine
 tests every batch size and prefill split through all three). Where the CPU has AMX-INT8 the tiled kernel's
