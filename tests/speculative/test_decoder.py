@@ -221,7 +221,9 @@ class Phased(ScriptedSource):
 def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
     """The policy verifies, declines and resumes (candidates keep being scored while declined);
     the committed stream never changes."""
-    prompt, plain, _ = plain_run(opts, n=600)
+    # 1200 tokens: enough steps for the phases to turn at least twice (each trial is scored as its
+    # token commits, so perfect phases are verified from their first steps and pass quickly).
+    prompt, plain, _ = plain_run(opts, n=1200)
     m = FakeModel(seed=0)
     src = Phased(prompt + plain, m.vocab_size, "perfect", seed=2)
     costly = CostTable(((2, 1.5), (17, 4.0)), "test: verifies that pay only when drafts are right")
@@ -230,7 +232,7 @@ def test_5_policy_orthogonality_across_verify_decline_and_resume(opts):
                            cost_table=costly)
     d.feed(prompt)
     out, kinds, seen = [], [], (0, 0)
-    for t in d.generate(600):
+    for t in d.generate(1200):
         out.append(t)
         now = (d.stats.steps, d.stats.verifies)
         if now[0] != seen[0]:

@@ -99,6 +99,8 @@ def test_candidates_are_scored_against_what_is_committed_later():
     p = DraftPolicy(FLAT, PolicyOptions(memory=10**6))
     p.choose([1, 2, 3, 4], 5, "conversation")  # declined or not, it is scored
     p.observe([1])
+    # Each trial is scored as its token is committed, not when the candidate ends.
+    assert p.learned() == {"conversation": {"m5": (1, 1)}}
     p.observe([2, 9, 7])  # token 3 missed
     assert p.learned() == {"conversation": {"m5": (1, 1), "m6": (1, 1), "m7": (0, 1)}}
     p.choose([4, 4], 2, "ref1")

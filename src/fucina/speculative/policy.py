@@ -26,7 +26,10 @@ and the cost-gate lanes: all three were ways of guessing p from too little evide
 Learning p costs nothing, because the committed stream does not depend on what was verified
 (losslessness): every candidate, verified or not, is scored against the tokens that are
 committed after it. A candidate whose first ``a`` tokens match and whose next one does not gives
-trials j = 1..a+1 (successes j <= a) at (e, f) = (m + j - 1, f_j). So a declined source keeps
+trials j = 1..a+1 (successes j <= a) at (e, f) = (m + j - 1, f_j), each scored as soon as its token
+is committed: a long draft that holds teaches its buckets as it goes (scored only when it ended, a
+63-token candidate left p at the prior for a whole draft length, and a file-sized copy was verified 5
+tokens at a time where 56 held: BENCHMARKS.md, "Predicted Outputs"). So a declined source keeps
 being measured, and nothing needs the earlier gate's probes, backoff or hysteresis (docs/design.md §4.7): a bad
 source is never verified twice on a guess, and a good one is verified as soon as its record says
 it pays. Each (kind, e-bucket, f) is a Beta posterior whose prior is ``prior_weight``
@@ -394,32 +397,26 @@ class DraftPolicy:
         if not self._pending:
             return
         still: list[_Candidate] = []
+        trial = self.model.trial
         for c in self._pending:
-            d, j = c.draft, c.matched
+            d, j, n = c.draft, c.matched, len(c.draft)
+            base, kind, forks, pieces = c.base, c.kind, c.forks, c.pieces
             done = False
             for t in committed:
-                if d[j] != t:
+                # Trial j + 1: token d[j] at e = base + j, given d[:j] held. It resolves now.
+                hit = d[j] == t
+                trial((kind, token_bucket(base, j + 1, forks, pieces)), 1.0 if hit else 0.0)
+                if not hit:
                     done = True
                     break
                 j += 1
-                if j == len(d):
+                if j == n:
                     done = True
                     break
             c.matched = j
-            if done:
-                self._score(c, accepted=j, complete=j == len(d))
-            else:
+            if not done:
                 still.append(c)
         self._pending = still
-
-    def _score(self, c: _Candidate, *, accepted: int, complete: bool) -> None:
-        # Trials j = 1..accepted are hits at e = base + j - 1; the (accepted+1)-th is the miss.
-        base, kind, forks, pieces = c.base, c.kind, c.forks, c.pieces
-        trial = self.model.trial
-        for j in range(1, accepted + 1):
-            trial((kind, token_bucket(base, j, forks, pieces)), 1.0)
-        if not complete:
-            trial((kind, token_bucket(base, accepted + 1, forks, pieces)), 0.0)
 
     def reset_pending(self) -> None:
         """Forget unscored candidates (the stream they would be scored on was cut off)."""
