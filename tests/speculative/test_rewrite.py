@@ -107,6 +107,60 @@ def test_a_break_the_answer_never_comes_back_from_teaches_nothing():
     assert r.rules == {}
 
 
+def test_as_copied_puts_the_copy_back_where_a_rewritten_draft_held():
+    r = learn_rename()
+    r.observe([COLON, NL])
+    tokens = r.rewrite([IF, SELF, POS, IX, COLON])[0]
+    assert tokens == [IF, SELF, ARG, POS, IX, COLON]
+    # Held through the insertion: the answer as the copy had it (ARG taken out).
+    assert r.as_copied([IF, SELF, ARG, POS, IX]) == [IF, SELF, POS, IX]
+    # Held up to the insertion only, then the answer wrote something else: nothing to take out.
+    assert r.as_copied([IF, SELF, NL]) == [IF, SELF, NL]
+    # Past the held prefix the answer's own tokens stay as they are.
+    assert r.as_copied([IF, SELF, ARG, NL, ARG]) == [IF, SELF, NL, ARG]
+
+
+def test_as_copied_puts_back_what_a_replacement_replaced():
+    r = Rewriter()
+    for lead in (NL, IF):  # POS IX after SELF written as ARG, twice: a replacement rule
+        sighting(r, [lead, SELF, POS, IX, COLON, NL], [lead, SELF, ARG], [COLON, NL])
+    assert r.rules == {(SELF, POS, IX, COLON): (SELF, ARG, COLON)}
+    r.observe([NL])
+    assert r.rewrite([SELF, POS, IX, COLON, NL])[0] == [SELF, ARG, COLON, NL]
+    assert r.as_copied([SELF, ARG, COLON, NL]) == [SELF, POS, IX, COLON, NL]
+
+
+def test_as_copied_without_an_offer_is_the_committed_slice():
+    r = learn_rename()
+    r.no_offer()
+    assert r.as_copied([SELF, ARG, POS]) == [SELF, ARG, POS]
+
+
+def test_a_reference_cursor_stays_on_the_copy_past_a_rewritten_rename():
+    # The source is a reference only (a client's prediction), renamed in the answer. Once the rule is
+    # learned, a rewritten draft that holds through the rename leaves the reference's match running
+    # (its cursor reads the answer as the copy had it) instead of ending at the inserted token.
+    source = long_source(3) + long_source(4)
+    answer = [t for s in source for t in ((7, 300) if s == 7 else (s,))]
+    idx = SpeculationIndex(V, CascadeOptions(recycling=False))
+    idx.add_reference(source)
+    idx.observe([1, 2])
+    i = runs = 0
+    while i < len(answer):
+        offer = idx.draft([], 63)
+        a = 0
+        while a < len(offer.tokens) and i + a < len(answer) and offer.tokens[a] == answer[i + a]:
+            a += 1
+        held_rename = 300 in answer[i: i + a]
+        idx.observe(answer[i: i + a + 1])
+        i += a + 1
+        if held_rename and i < len(answer):
+            runs += 1
+            # The match covers every copied token since the copy began, the renames not counted.
+            assert idx.confidence() >= 13, (i, idx.confidence())
+    assert runs >= 2
+
+
 def test_it_holds_at_most_max_rules_the_oldest_going_first():
     r = Rewriter()
     for n in range(MAX_RULES + 3):

@@ -32,7 +32,9 @@ dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
 (``python -m benchmarks.replay``), and the policy declines such drafts wherever they do not pay.
 
 A SAM's or realign's draft is rewritten by the edits the answer keeps making to what it copies (a
-renamed identifier: :mod:`fucina.speculative.rewrite`, on by default); it keeps its kind and credit.
+renamed identifier: :mod:`fucina.speculative.rewrite`, on by default); it keeps its kind and credit. Where
+such a draft held, the references' cursors are fed the committed tokens as the copy had them
+(:meth:`~fucina.speculative.rewrite.Rewriter.as_copied`), so their match survives the edit.
 
 Each step's offer is one :class:`~fucina.speculative.source.Draft`: tokens, confidence, the kind
 (the name of the source that drafted) and the SAM's fork flags.
@@ -285,8 +287,12 @@ class SpeculationIndex:
             self._resume.extend(toks)  # extends the conversation SAM
         else:
             self._conv.extend_many(toks)
-        for ref in self._sam_sources():
-            ref.cursor.feed_many(toks)
+        # References read the answer as the copy had it (Rewriter.as_copied): their match survives a rename.
+        copied = toks if self._rewriter is None else self._rewriter.as_copied(toks)
+        for ref in self._refs:
+            ref.cursor.feed_many(copied)
+        if self._cross is not None:
+            self._cross.cursor.feed_many(toks)
         if self._rec is not None:
             self._rec.observe(toks)
         if self._realign is not None:

@@ -40,6 +40,12 @@ answer renames ``self``. The draft ``.pos|ix|:`` after `` self`` meets ``_arg``:
 rejoins D at ``i = 1, j = 0``: the edit `` self|.pos`` -> `` self|_arg|.pos``. The next time it is
 seen it is a rule, and a later draft ``if| self|.pos|ix`` is offered as ``if| self|_arg|.pos|ix``.
 
+Where a rewritten draft held, :meth:`Rewriter.as_copied` gives the committed tokens back as the copy had
+them (written tokens out, replaced ones back in): the index feeds that to the references' cursors, so a
+reference's match runs on past each renamed name and it keeps drafting the copy, where its match used to end at
+the written token and a short match elsewhere drafted instead (on Qwen's shlex rename the policy's bound
+2.40x -> 3.05x, BENCHMARKS.md "Predicted Outputs").
+
 Losslessness never depends on a rule: a rewritten draft is a draft, verified like any other.
 """
 
@@ -78,6 +84,7 @@ class Rewriter:
         self._by_first: dict[int, list[tuple[int, ...]]] = {}  # invariant: the keys of _rules by key[0], longest first
         self._last: int | None = None  # the last committed token
         self._offer: tuple[list[int], list[tuple[int, ...] | None]] | None = None  # tokens, the rule behind each
+        self._copied: list[tuple[int, ...]] = []  # per token of the offer: the copy's tokens it stands for
         self._open: tuple[int, list[int], list[int]] | None = None  # (L, D, C) of the break being followed
         self.learned = 0  # rules learned so far (a statistic)
         self.forgotten = 0  # rules dropped because what they wrote was rejected (out of credit)
@@ -100,22 +107,25 @@ class Rewriter:
         toks = [int(t) for t in tokens]
         out: list[int] = []
         why: list[tuple[int, ...] | None] = []
+        copied: list[tuple[int, ...]] = []
         flags: list[bool] | None = [] if forks is not None else None
         first = len(toks)
         if not self._rules or self._last is None:
             toks = toks[:limit]
             self._offer = (toks, [None] * len(toks))
+            self._copied = [(t,) for t in toks]
             return toks, None if forks is None else list(forks)[:limit], len(toks)
         seq = [self._last, *toks]  # seq[t] is toks[t - 1]
 
-        def emit(token: int, rule: tuple[int, ...] | None, fork: bool) -> None:
+        def emit(token: int, rule: tuple[int, ...] | None, fork: bool, stands: tuple[int, ...]) -> None:
             out.append(token)
             why.append(rule)
+            copied.append(stands)
             if flags is not None:
                 flags.append(fork)
 
         def copy(t: int, rule: tuple[int, ...] | None = None) -> None:  # the draft's own seq[t], t >= 1
-            emit(seq[t], rule, forks is not None and bool(forks[t - 1]))
+            emit(seq[t], rule, forks is not None and bool(forks[t - 1]), (seq[t],))
 
         t = 0
         while t < len(seq):
@@ -130,8 +140,9 @@ class Rewriter:
             if t:
                 copy(t)
             first = min(first, len(out))
-            for w in _written(key, self._rules[key]):
-                emit(w, key, False)
+            replaced = tuple(key[1:-1]) if len(key) > 1 else ()  # D[:j], the copy's tokens the rule rewrites
+            for n, w in enumerate(_written(key, self._rules[key])):
+                emit(w, key, False, replaced if n == 0 else ())
             if len(key) == 1:
                 t += 1
                 continue
@@ -142,11 +153,26 @@ class Rewriter:
                 copy(t, key)
                 t += 1
         if limit is not None:
-            del out[limit:], why[limit:]
+            del out[limit:], why[limit:], copied[limit:]
             if flags is not None:
                 del flags[limit:]
         self._offer = (out, why)
+        self._copied = copied
         return out, flags, min(first, len(out))
+
+    def as_copied(self, committed: Sequence[int]) -> list[int]:
+        """``committed`` as the copy had it: where the last offer held, the tokens its rules wrote are
+        put back to the copy's own (call before :meth:`observe`). A cursor fed this stays aligned
+        with the text it copies across the answer's edits."""
+        toks = [int(t) for t in committed]
+        if self._offer is None:
+            return toks
+        a = held(self._offer[0], toks)
+        out: list[int] = []
+        for stands in self._copied[:a]:
+            out.extend(stands)
+        out.extend(toks[a:])
+        return out
 
     def _match(self, seq: list[int], t: int) -> tuple[int, ...] | None:
         """The longest rule key that ``seq`` holds at ``t`` (not an insertion already made), or None."""
@@ -192,6 +218,7 @@ class Rewriter:
     def no_offer(self) -> None:
         """This step offers nothing the rewriter saw (no draft, or one from a source it does not rewrite)."""
         self._offer = None
+        self._copied = []
 
     def _resolve(self) -> None:
         assert self._open is not None
