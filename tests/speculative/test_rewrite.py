@@ -107,6 +107,18 @@ def test_a_break_the_answer_never_comes_back_from_teaches_nothing():
     assert r.rules == {}
 
 
+def test_a_break_right_after_another_does_not_lose_the_first():
+    # After an edit the next draft comes from a short match elsewhere and often breaks at once, before
+    # the answer is back on the copy: the first break is still followed and teaches its rule.
+    r = Rewriter()
+    for lead in (NL, IF):
+        sighting(r, [lead, SELF, POS, IX, COLON], [lead, SELF, ARG])  # breaks at POS: ARG written
+        sighting(r, [COLON, COLON], [POS])  # another draft, broken at its first token
+        r.no_offer()
+        r.observe([IX])  # ARG POS IX: the first break rejoined its copy
+    assert r.rules == {(SELF, POS): (SELF, ARG, POS)}
+
+
 def test_as_copied_puts_the_copy_back_where_a_rewritten_draft_held():
     r = learn_rename()
     r.observe([COLON, NL])
