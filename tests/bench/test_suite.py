@@ -489,15 +489,3 @@ def test_real_smoke_gemma(tmp_path):
         assert r["identical"] or (r["method"], r["repeat"]) in divergent
     assert (out / "speedup.png").read_bytes()[:8] == PNG_MAGIC
     assert "| repeat | 1 |" in (out / "results.md").read_text()
-
-
-def test_the_break_points_ablations_turn_them_off():
-    from fucina.bench.suite import method_decoders
-    from fucina.speculative.costs import CostTable
-
-    model = FakeModel(seed=0)
-    table = CostTable(((2, 1.5), (16, 4.0)), "test")
-    policy = {m: method_decoders(model, m, table).options.decoder.policy
-              for m in ("fucina", "no_break_points", "match_only")}
-    assert policy["fucina"].break_points and not policy["no_break_points"].break_points
-    assert not policy["match_only"].break_points and policy["no_break_points"].word_pieces

@@ -32,7 +32,7 @@ def test_worked_example_and_memo():
 
 
 def test_buckets_and_labels():
-    assert len(PRIOR_PIECE) == N_BUCKETS and N_CLASSES == 5
+    assert len(PRIOR_PIECE) == N_BUCKETS and N_CLASSES == 4
     # A unique piece gets its own class; a forked token stays forked; no forks, no classes.
     assert token_bucket(2, 1, [False], [True]) == 2 + 3 * N_BUCKETS
     assert token_bucket(2, 1, [False], [False]) == 2 + N_BUCKETS

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 #: Every method, in the interleaving order of one repeat (plain first: it is the reference).
 METHODS: tuple[str, ...] = ("plain", "fucina", "oracle", "peer", "peer_n2", "sam_only", "gate_open", "match_only",
-                            "no_pieces", "no_realign", "no_rewrite", "no_break_points", "plain_again")
+                            "no_pieces", "no_realign", "no_rewrite", "plain_again")
 
 #: One line per method for the report's legend.
 METHOD_LEGEND: dict[str, str] = {
@@ -37,8 +37,7 @@ METHOD_LEGEND: dict[str, str] = {
     # The method keeps its old name (saved result files use it); it runs SpecOptions(verify_all=True).
     "gate_open": "ablation: full cascade + references with the policy forced open (verify every candidate)",
     "match_only": "ablation: full cascade + references, the policy pricing drafts on match length alone "
-                  "(no fork flags or break points, no resume or realign source, no rewrite rules, sampled and greedy "
-                  "calls learned "
+                  "(no fork flags, no resume or realign source, no rewrite rules, sampled and greedy calls learned "
                   "together: the "
                   "policy before them)",
     "no_pieces": "ablation: fucina with unique word pieces and word starts priced as one class (the policy "
@@ -47,8 +46,6 @@ METHOD_LEGEND: dict[str, str] = {
                   "again where the answer rejoins it: the cascade before realign)",
     "no_rewrite": "ablation: fucina without rewrite rules (drafts of a copy are not rewritten by the edits the "
                   "answer has made to it so far: the cascade before rewrite rules)",
-    "no_break_points": "ablation: fucina without break points (a draft token after a token this answer's copies "
-                       "broke right after is priced like any other: the policy before break points)",
     "plain_again": "plain decoding once more, last in each repeat (an A/A comparison): its speedup is this "
                    "run's own noise, so a group's figure means something only where it stands clear of this one",
 }

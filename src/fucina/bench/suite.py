@@ -57,11 +57,11 @@ Clock = Callable[[], float]
 
 def match_only(cascade: CascadeOptions, policy: PolicyOptions) -> tuple[CascadeOptions, PolicyOptions]:
     """The ``match_only`` ablation of given options: drafts priced on match length alone (no fork
-    flags, word pieces or break points, no resume or realign source, no rewrite rules, sampled and greedy
-    generations learned together). ``fucina bench
+    flags or word pieces, no resume or realign source, no rewrite rules, sampled and greedy generations learned
+    together). ``fucina bench
     --methods match_only`` and ``python -m benchmarks.replay --match-only`` both take it from here."""
     return (replace(cascade, forks=False, resume=False, realign=False, rewrite=False),
-            replace(policy, split_sampled=False, word_pieces=False, break_points=False))
+            replace(policy, split_sampled=False, word_pieces=False))
 
 
 def sampler_options(temperature: float) -> SamplerOptions:
@@ -315,8 +315,6 @@ def method_decoders(model, method: str, cost_table: CostTable, policy: PolicyOpt
         cascade = CascadeOptions(realign=False)
     elif method == "no_rewrite":
         cascade = CascadeOptions(rewrite=False)
-    elif method == "no_break_points":
-        pol = replace(pol, break_points=False)
     decoder = SpecOptions(policy=pol, verify_all=method == "gate_open")
     return DecoderFactory(model, SpeculationOptions(cost_table=cost_table, decoder=decoder, cascade=cascade))
 

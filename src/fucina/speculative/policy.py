@@ -12,9 +12,7 @@ The policy verifies ``d[:k]`` for the ``k`` that pays best, or takes a plain ste
                    and whether a unique token continues a word (its piece starts with a letter
                    or digit, not a space: the rest of a word the model has begun). At short
                    matches a forked token is accepted a third as often as a unique one, and a
-                   unique word piece about twice as often as a unique word start. A token that
-                   follows a break point (a token after which this answer's copies broke:
-                   :mod:`fucina.speculative.break_points`) is its own class, whatever else holds.
+                   unique word piece about twice as often as a unique word start.
     E[acc | k]   = sum_{j=1..k} prod_{i=1..j} p(kind, m + i - 1, f_i)   expected accepted tokens
     value(k)     = (E[acc | k] + 1) / C(k + 1)                        tokens per plain-step cost
 
@@ -52,7 +50,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from fucina.errors import InvalidOption
-from fucina.speculative.break_points import BreakPoints
 from fucina.speculative.costs import CostTable
 
 __all__ = ["PolicyOptions", "DraftPolicy", "AcceptanceModel", "WordPieces", "PRIOR_ACCEPTANCE", "PRIOR_UNIQUE",
@@ -86,18 +83,12 @@ PRIOR_FORKED: tuple[float, ...] = (0.05, 0.17, 0.21, 0.23, 0.21, 0.37, 0.41, 0.4
 #: on SmolLM2's own outputs m1 0.78 vs 0.30 (docs/benchmarks-archive/2026-12-01-xeon.md, "Word pieces"). Past m16 pieces are rare (under 50
 #: trials a bucket): those priors are PRIOR_UNIQUE's.
 PRIOR_PIECE: tuple[float, ...] = (0.05, 0.65, 0.73, 0.79, 0.81, 0.88, 0.82, 0.80, 0.80, 0.76, 0.87, 0.86, 0.91)
-#: A draft token that follows a break point: a token after which this answer's copies broke
-#: (:mod:`fucina.speculative.break_points`), whatever the source says of the token. Measured like the
-#: others, pooled over the Spec-Bench dev answers and the agent traces (``--priors --traces ...``, labels
-#: ``m2 after-break``; 24,000 trials): m2 0.22 and m8-11 0.54 where the traces' unique tokens accept
-#: 0.83 and 0.89; past m24 they are near the rest (0.91-0.93).
-PRIOR_AFTER_BREAK: tuple[float, ...] = (0.05, 0.24, 0.22, 0.23, 0.43, 0.45, 0.36, 0.63, 0.54, 0.72, 0.82, 0.93, 0.91)
 #: Bucket ids per token class: a token's id is its match bucket + N_BUCKETS * class, where class 0 =
 #: no fork information (recycling, sources without ``forks``), 1 = unique, 2 = forked, 3 = unique
-#: and a word piece, 4 = after a break point (whatever the others say).
+#: and a word piece.
 N_BUCKETS = len(E_EDGES) + 1
-N_CLASSES = 5
-_CLASS_LABELS = ("", " unique", " forked", " piece", " after-break")
+N_CLASSES = 4
+_CLASS_LABELS = ("", " unique", " forked", " piece")
 
 
 def e_bucket(e: int) -> int:
@@ -113,14 +104,11 @@ def draft_bucket(base: int, j: int) -> int:
 
 
 def token_bucket(base: int, j: int, forks: Sequence[bool] | None,
-                 pieces: Sequence[bool] | None = None, after_break: Sequence[bool] | None = None) -> int:
-    """Bucket id of the ``j``-th draft token: :func:`draft_bucket`, offset by its class: after a
-    break point when ``after_break`` (one flag per draft token) says so; else, when the source gave
-    ``forks`` (one flag per draft token): forked, unique, or, when ``pieces`` (one flag per draft
-    token, from :class:`WordPieces`) says so, a unique word piece."""
+                 pieces: Sequence[bool] | None = None) -> int:
+    """Bucket id of the ``j``-th draft token: :func:`draft_bucket`, offset by its class when the
+    source gave ``forks`` (one flag per draft token): forked, unique, or, when ``pieces`` (one flag
+    per draft token, from :class:`WordPieces`) says so, a unique word piece."""
     b = draft_bucket(base, j)
-    if after_break is not None and after_break[j - 1]:
-        return b + 4 * N_BUCKETS
     if forks is None:
         return b
     if forks[j - 1]:
@@ -225,9 +213,6 @@ class PolicyOptions:
     #: Price unique tokens that continue a word apart from word starts, when the caller gives the
     #: policy the tokenizer's word pieces (:class:`WordPieces`).
     word_pieces: bool = True
-    #: Price a draft token that follows a token this answer broke a copy right after apart
-    #: (:mod:`fucina.speculative.break_points`): an edit breaks copies at the same names again.
-    break_points: bool = True
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_gain < 10.0):
@@ -251,18 +236,15 @@ class PolicyOptions:
 class _Candidate:
     """A draft offered at one position, scored against the tokens committed after it."""
 
-    __slots__ = ("draft", "base", "kind", "forks", "pieces", "after_break", "last", "matched")
+    __slots__ = ("draft", "base", "kind", "forks", "pieces", "matched")
 
     def __init__(self, draft: list[int], base: int, kind: str, forks: Sequence[bool] | None,
-                 pieces: Sequence[bool] | None = None, after_break: Sequence[bool] | None = None,
-                 last: int | None = None) -> None:
+                 pieces: Sequence[bool] | None = None) -> None:
         self.draft = draft  # invariant: non-empty
         self.base = base  # the match length behind draft[0]; draft[j] extends a match of base + j
         self.kind = kind
         self.forks = forks  # invariant: None or one flag per draft token
         self.pieces = pieces  # invariant: None or one flag per draft token (WordPieces)
-        self.after_break = after_break  # invariant: None or one flag per draft token (BreakPoints)
-        self.last = last  # the last committed token when it was offered (what draft[0] follows)
         self.matched = 0  # invariant: draft[:matched] equals the tokens committed since the offer
 
 
@@ -278,8 +260,7 @@ class AcceptanceModel:
     def __init__(self, *, prior_weight: float = 4.0, memory: int = 64) -> None:
         PolicyOptions(prior_weight=prior_weight, memory=memory)  # the same validation
         self.prior_weight = prior_weight
-        self._prior = tuple(prior_weight * p for p in
-                            PRIOR_ACCEPTANCE + PRIOR_UNIQUE + PRIOR_FORKED + PRIOR_PIECE + PRIOR_AFTER_BREAK)
+        self._prior = tuple(prior_weight * p for p in PRIOR_ACCEPTANCE + PRIOR_UNIQUE + PRIOR_FORKED + PRIOR_PIECE)
         self._keep = 1.0 - 1.0 / memory
         # Discounted successes and trials per (kind, bucket), priors excluded; invariant 0 <= hits <= trials.
         self._hits: dict[tuple[str, int], float] = defaultdict(float)
@@ -296,17 +277,17 @@ class AcceptanceModel:
         return self.along(kind, e, 1, None if fork is None else (fork,))[0]
 
     def along(self, kind: str, base: int, n: int, forks: Sequence[bool] | None = None,
-              pieces: Sequence[bool] | None = None, after_break: Sequence[bool] | None = None) -> list[float]:
+              pieces: Sequence[bool] | None = None) -> list[float]:
         """Posterior means of p for tokens 1..n of a ``kind`` draft from a match of ``base`` tokens
-        (``forks``: the draft's fork flags, at least n of them, or None; ``pieces`` and
-        ``after_break`` likewise, its word-piece and break-point flags).
+        (``forks``: the draft's fork flags, at least n of them, or None; ``pieces`` likewise, its
+        word-piece flags).
 
         The hot path of every step (the policy prices each candidate with it): lookups are local.
         """
         hits, trials, prior, w = self._hits.get, self._trials.get, self._prior, self.prior_weight
         out = []
         for j in range(1, n + 1):
-            b = token_bucket(base, j, forks, pieces, after_break)
+            b = token_bucket(base, j, forks, pieces)
             key = (kind, b)
             out.append((hits(key, 0.0) + prior[b]) / (trials(key, 0.0) + w))
         return out
@@ -351,9 +332,6 @@ class DraftPolicy:
         #: What is known of p; shared with other generations when the caller passes one.
         self.model = acceptance if acceptance is not None else AcceptanceModel.for_options(o)
         self._pending: list[_Candidate] = []  # invariant: every entry unresolved, oldest first
-        #: Where this answer's copies broke (None when ``break_points`` is off).
-        self.break_points = BreakPoints() if o.break_points else None
-        self._last: int | None = None  # the last committed token
         self._costs = [table.cost(n) for n in range(o.max_draft + 2)]  # _costs[n] = table.cost(n)
         self.declined = 0  # candidates of >= min_draft tokens not verified
         self.chosen = 0  # verifies chosen by the policy
@@ -369,14 +347,13 @@ class DraftPolicy:
         return max(1.0, cost * self.scale)
 
     def best_length(self, n: int, confidence: int | None, kind: str,
-                    forks: Sequence[bool] | None = None, pieces: Sequence[bool] | None = None,
-                    after_break: Sequence[bool] | None = None) -> tuple[int, float]:
+                    forks: Sequence[bool] | None = None,
+                    pieces: Sequence[bool] | None = None) -> tuple[int, float]:
         """(k, value(k)) maximizing value over k in [min_draft, min(n, max_draft)]; (0, 1.0) if none."""
         o = self.options
         best_k, best_v = 0, 1.0
         survive, expected = 1.0, 0.0
-        along = self.model.along(kind, confidence or 0, min(n, o.max_draft), forks, pieces, after_break)
-        for j, p in enumerate(along, start=1):
+        for j, p in enumerate(self.model.along(kind, confidence or 0, min(n, o.max_draft), forks, pieces), start=1):
             survive *= p
             expected += survive
             if j >= o.min_draft:
@@ -402,13 +379,11 @@ class DraftPolicy:
             forks = [bool(f) for f in forks[:len(draft)]] if len(forks) >= len(draft) else None
         draft = [int(t) for t in draft]
         pieces = self.pieces(draft) if forks is not None and self.pieces is not None else None
-        bp = self.break_points
-        after_break = bp.flags(self._last, draft) if bp is not None else None
-        self._pending.append(_Candidate(draft, confidence, kind, forks, pieces, after_break, self._last))
+        self._pending.append(_Candidate(draft, confidence, kind, forks, pieces))
         o = self.options
         if forced:
             return len(draft) if len(draft) >= o.min_draft else 0
-        k, v = self.best_length(len(draft), confidence, kind, forks, pieces, after_break)
+        k, v = self.best_length(len(draft), confidence, kind, forks, pieces)
         if k and v >= 1.0 + o.min_gain:
             self.chosen += 1
             return k
@@ -419,23 +394,18 @@ class DraftPolicy:
     # -- observations ------------------------------------------------------------------------
     def observe(self, committed: Sequence[int]) -> None:
         """Score pending candidates against newly committed tokens (in stream order)."""
-        if not committed:
-            return
-        pending, self._last = self._pending, int(committed[-1])
-        if not pending:
+        if not self._pending:
             return
         still: list[_Candidate] = []
-        trial, bp = self.model.trial, self.break_points
-        for c in pending:
+        trial = self.model.trial
+        for c in self._pending:
             d, j, n = c.draft, c.matched, len(c.draft)
-            base, kind, forks, pieces, after_break = c.base, c.kind, c.forks, c.pieces, c.after_break
+            base, kind, forks, pieces = c.base, c.kind, c.forks, c.pieces
             done = False
             for t in committed:
                 # Trial j + 1: token d[j] at e = base + j, given d[:j] held. It resolves now.
                 hit = d[j] == t
-                trial((kind, token_bucket(base, j + 1, forks, pieces, after_break)), 1.0 if hit else 0.0)
-                if bp is not None:
-                    bp.scored(d[j - 1] if j else c.last, hit, t)
+                trial((kind, token_bucket(base, j + 1, forks, pieces)), 1.0 if hit else 0.0)
                 if not hit:
                     done = True
                     break
