@@ -24,7 +24,9 @@ model-free: each distinct plain answer replayed through the index (the predictio
 server holds it) and the policy under a cost table, through three cascades: before realign and rewrite
 rules, realign alone, and the default (both). For each: the policy's projected speedup and the perfect
 decision's (each draft verified exactly as far as it holds, where that pays), so a measured speedup is
-read against its bound.
+read against its bound. ``--shared`` replays the answers with one acceptance model, as one server's LLM
+shares it across calls (each rotation of their order; medians), where each answer starts from the priors
+otherwise.
 """
 
 from __future__ import annotations
@@ -167,23 +169,27 @@ BOUND_CASCADES = {"before": CascadeOptions(recycling=False, realign=False, rewri
                   "default": CascadeOptions(recycling=False)}
 
 
-def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
+def bounds(recorded: dict, table_path: Path, *, budget: int = 63, shared: bool = False) -> list[dict]:
     """Per distinct plain answer of a run's ``samples.json``: projected and perfect-decision speedups
     under the table (see the module docstring), through each of :data:`BOUND_CASCADES`. Model-free: nothing
-    is timed."""
+    is timed.
+
+    ``shared``: one acceptance model across the answers, as one server's LLM shares it across calls, in
+    each rotation of the answers' order (the benchmark rotates its tasks per repeat); the policy's figures
+    are the medians over rotations. Otherwise each answer starts from the priors."""
     from benchmarks.replay.inputs import Stream
     from benchmarks.replay.simulate import replay_stream
     from benchmarks.replay.tally import WorkloadResult
     from fucina.catalog import load_tokenizer
     from fucina.speculative.costs import CostTable
-    from fucina.speculative.policy import WordPieces
+    from fucina.speculative.policy import AcceptanceModel, WordPieces
 
     meta = recorded["meta"]
     vocab = load_tokenizer(meta["model"])
     table = CostTable.load(table_path)
     pieces = WordPieces(vocab.token_bytes)
     tasks = {t["id"]: t for t in load_tasks(len(CANDIDATES))}
-    rows, seen = [], set()
+    rows, streams, seen = [], [], set()
     for s in recorded["samples"]:
         if s["method"] != "plain" or (s["task"], s["text"]) in seen:
             continue
@@ -191,16 +197,24 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63) -> list[dict]:
         task = tasks[s["task"]]
         text = (vocab.apply_chat_template(chat_messages(task)) if meta["endpoint"] == "chat"
                 else completion_prompt(task))
-        stream = Stream(vocab.tokenize(text, add_bos=False, special=True),
-                        vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)])
-        row = {"task": s["task"], "repeat": s["repeat"], "tokens": len(stream.continuation)}
-        for name, options in BOUND_CASCADES.items():
-            result = WorkloadResult(name)
-            replay_stream(stream, vocab.vocab_size, result, budget=budget, table=table, pieces=pieces,
-                          options=options)
-            d = result.as_dict()
-            row[name] = {"steps": d["steps"], "policy": d["projected_speedup"], "perfect": d["perfect_policy_speedup"]}
-        rows.append(row)
+        streams.append(Stream(vocab.tokenize(text, add_bos=False, special=True),
+                              vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)]))
+        rows.append({"task": s["task"], "repeat": s["repeat"], "tokens": len(streams[-1].continuation)})
+    n = len(streams)
+    orders = [list(range(r, n)) + list(range(r)) for r in range(n)] if shared else [[i] for i in range(n)]
+    for name, options in BOUND_CASCADES.items():
+        runs: list[list[dict]] = [[] for _ in range(n)]
+        for order in orders:
+            acceptance = AcceptanceModel() if shared else None  # None: a fresh one per answer
+            for i in order:
+                result = WorkloadResult(name)
+                replay_stream(streams[i], vocab.vocab_size, result, budget=budget, table=table, pieces=pieces,
+                              options=options, acceptance=acceptance)
+                runs[i].append(result.as_dict())
+        for row, got in zip(rows, runs):
+            row[name] = {"steps": statistics.median(d["steps"] for d in got),
+                         "policy": statistics.median(d["projected_speedup"] for d in got),
+                         "perfect": got[0]["perfect_policy_speedup"]}
     return rows
 
 
@@ -227,6 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bounds", type=Path, default=None, metavar="SAMPLES",
                     help="instead of running: the model-free bounds of a run's samples.json (needs --cost-table)")
     ap.add_argument("--cost-table", type=Path, default=None, help="with --bounds: the verify cost table (JSON)")
+    ap.add_argument("--shared", action="store_true",
+                    help="with --bounds: one acceptance model across the answers, as a server shares it (the "
+                         "policy's figures are medians over the rotations of the answers' order)")
     a = ap.parse_args(argv)
     if a.bounds is not None:
         if a.cost_table is None:
@@ -235,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             recorded = json.loads(a.bounds.read_text())
         except (OSError, ValueError) as exc:
             ap.error(f"cannot read {a.bounds}: {exc}")
-        print(render_bounds(bounds(recorded, a.cost_table)))
+        print(render_bounds(bounds(recorded, a.cost_table, shared=a.shared)))
         return 0
     if a.tasks < 1 or a.repeats < 1 or a.gen < 1:
         ap.error("--tasks, --repeats and --gen must be >= 1")

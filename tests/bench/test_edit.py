@@ -59,3 +59,9 @@ def test_bounds_read_what_the_drafts_allow_for_each_distinct_plain_answer(tmp_pa
     assert rows[0]["realign"]["perfect"] > rows[0]["before"]["perfect"]
     assert rows[0]["default"]["policy"] > rows[0]["realign"]["policy"]
     assert render_bounds(rows).count("\n") == 2 and task["id"] in render_bounds(rows)
+    # One acceptance model across the answers, as a server shares it: the same perfect decision.
+    shared = bounds(recorded, table, shared=True)
+    assert [r["tokens"] for r in shared] == [r["tokens"] for r in rows]
+    for name in ("before", "realign", "default"):
+        assert shared[0][name]["perfect"] == rows[0][name]["perfect"]
+        assert 1.0 <= shared[0][name]["policy"] <= shared[0][name]["perfect"] + 1e-9
