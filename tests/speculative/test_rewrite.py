@@ -142,6 +142,16 @@ def test_as_copied_puts_back_what_a_replacement_replaced():
     assert r.as_copied([SELF, ARG, COLON, NL]) == [SELF, POS, IX, COLON, NL]
 
 
+def test_as_copied_puts_back_what_a_deletion_dropped():
+    r = Rewriter()
+    for lead in (NL, IF):  # POS after SELF dropped, twice: a deletion rule
+        sighting(r, [lead, SELF, POS, IX, COLON], [lead, SELF, IX], [COLON])
+    assert r.rules == {(SELF, POS, IX): (SELF, IX)}
+    r.observe([NL])
+    assert r.rewrite([SELF, POS, IX, COLON])[0] == [SELF, IX, COLON]
+    assert r.as_copied([SELF, IX, COLON, NL]) == [SELF, POS, IX, COLON, NL]
+
+
 def test_as_copied_without_an_offer_is_the_committed_slice():
     r = learn_rename()
     r.no_offer()
