@@ -14,6 +14,11 @@ medians mixed different work:
 * ``none``: speculative, no prediction (drafts from the prompt and the answer only);
 * ``plain``: ``fucina serve --no-spec``.
 
+``--methods`` picks among them (plain always runs). ``--before SRC`` also runs ``prediction@before`` and
+``none@before`` where ``--methods`` names them: the same servers with ``PYTHONPATH=SRC`` (another checkout's
+``src``, e.g. a ``git worktree`` of the previous commit), interleaved with the others in one run, so a change is
+timed side by side with what it changes (separate runs differ by up to 15%).
+
 Greedy. Gemma 3 (a base model) gets a completion prompt, an instruct model the chat endpoint.
 Reported per method: decode tok/s over plain's (medians over repeats, then over tasks), TTFT (the
 server's ``first_token_seconds``), accepted prediction tokens, and whether every answer equals the
@@ -35,6 +40,7 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -58,6 +64,8 @@ CANDIDATES = (
     ("shutil", "copytree", "src"),
 )
 METHODS = ("prediction", "none", "plain")
+#: The suffix of a method served by the ``--before`` checkout.
+BEFORE = "@before"
 
 
 def load_tasks(n: int) -> list[dict]:
@@ -98,7 +106,7 @@ def chat_messages(task: dict) -> list[dict]:
 
 def _request(client, server, task: dict, repeat: int, method: str, chat: bool, gen: int) -> dict:
     body: dict = {"model": server.model_id, "max_tokens": gen, "temperature": 0, "seed": 0}
-    if method == "prediction":
+    if method.removesuffix(BEFORE) == "prediction":
         body["prediction"] = {"type": "content", "content": task["source"]}
     if chat:
         body["messages"] = chat_messages(task)
@@ -126,8 +134,9 @@ def summarize(samples: Sequence[dict]) -> dict:
     tasks = sorted({s["task"] for s in samples})
     repeats = sorted({s["repeat"] for s in samples})
     out: dict = {}
-    for m in METHODS:
+    for m in dict.fromkeys(s["method"] for s in samples):
         per_task, ttft, same, runs, acc = [], [], 0, 0, []
+        by_task: dict[str, float] = {}
         for t in tasks:
             ratios = []
             for r in repeats:
@@ -142,7 +151,8 @@ def summarize(samples: Sequence[dict]) -> dict:
                     ratios.append(s["decode_tps"] / p["decode_tps"])
             if ratios:
                 per_task.append(statistics.median(ratios))
-        out[m] = {"speedup": statistics.median(per_task) if per_task else float("nan"),
+                by_task[t] = per_task[-1]
+        out[m] = {"speedup": statistics.median(per_task) if per_task else float("nan"), "per_task": by_task,
                   "worst_task": min(per_task) if per_task else float("nan"),
                   "ttft_median": statistics.median(ttft) if ttft else float("nan"),
                   "identical": same, "runs": runs,
@@ -155,10 +165,15 @@ def render(summary: dict, meta: dict) -> str:
              f"{meta['gen']} tokens, greedy, level {meta['level']}; {meta['date']}, {meta['machine']})", "",
              "| method | decode speedup vs plain | worst task | TTFT (median) | identical to plain | "
              "accepted prediction tokens (median) |", "|---|---:|---:|---:|---:|---:|"]
-    for m in METHODS:
-        s = summary[m]
+    for m, s in summary.items():
         lines.append(f"| {m} | {s['speedup']:.2f}x | {s['worst_task']:.2f}x | {1000 * s['ttft_median']:.0f} ms | "
                      f"{s['identical']}/{s['runs']} | {s['accepted_prediction_median']:.0f} |")
+    methods = [m for m in summary if m != "plain"]
+    lines += ["", "| task | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
+    for t in meta.get("task_ids", []):
+        cells = " | ".join(f"{summary[m]['per_task'][t]:.2f}x" if t in summary[m]["per_task"] else "-"
+                           for m in methods)
+        lines.append(f"| {t} | {cells} |")
     return "\n".join(lines)
 
 
@@ -169,14 +184,16 @@ BOUND_CASCADES = {"before": CascadeOptions(recycling=False, realign=False, rewri
                   "default": CascadeOptions(recycling=False)}
 
 
-def bounds(recorded: dict, table_path: Path, *, budget: int = 63, shared: bool = False) -> list[dict]:
+def bounds(recorded: dict, table_path: Path, *, budget: int = 63, shared: bool = False,
+           prediction: bool = True) -> list[dict]:
     """Per distinct plain answer of a run's ``samples.json``: projected and perfect-decision speedups
     under the table (see the module docstring), through each of :data:`BOUND_CASCADES`. Model-free: nothing
     is timed.
 
     ``shared``: one acceptance model across the answers, as one server's LLM shares it across calls, in
     each rotation of the answers' order (the benchmark rotates its tasks per repeat); the policy's figures
-    are the medians over rotations. Otherwise each answer starts from the priors."""
+    are the medians over rotations. Otherwise each answer starts from the priors. ``prediction=False``: no
+    reference, as the server of the ``none`` method holds the request (the prompt still quotes the source)."""
     from benchmarks.replay.inputs import Stream
     from benchmarks.replay.simulate import replay_stream
     from benchmarks.replay.tally import WorkloadResult
@@ -198,7 +215,8 @@ def bounds(recorded: dict, table_path: Path, *, budget: int = 63, shared: bool =
         text = (vocab.apply_chat_template(chat_messages(task)) if meta["endpoint"] == "chat"
                 else completion_prompt(task))
         streams.append(Stream(vocab.tokenize(text, add_bos=False, special=True),
-                              vocab.tokenize(s["text"], add_bos=False), [vocab.tokenize(task["source"], add_bos=False)]))
+                              vocab.tokenize(s["text"], add_bos=False),
+                              [vocab.tokenize(task["source"], add_bos=False)] if prediction else []))
         rows.append({"task": s["task"], "repeat": s["repeat"], "tokens": len(streams[-1].continuation)})
     n = len(streams)
     orders = [list(range(r, n)) + list(range(r)) for r in range(n)] if shared else [[i] for i in range(n)]
@@ -244,6 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shared", action="store_true",
                     help="with --bounds: one acceptance model across the answers, as a server shares it (the "
                          "policy's figures are medians over the rotations of the answers' order)")
+    ap.add_argument("--without-prediction", action="store_true",
+                    help="with --bounds: replay with no reference, as the server of the `none` method holds the "
+                         "request (the prompt still quotes the source)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="comma-separated, of prediction, none, plain (plain always runs)")
+    ap.add_argument("--before", type=Path, default=None, metavar="SRC",
+                    help="also time prediction@before / none@before (those --methods names): servers importing "
+                         "fucina from SRC (another checkout's src directory), interleaved with the others")
     a = ap.parse_args(argv)
     if a.bounds is not None:
         if a.cost_table is None:
@@ -252,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             recorded = json.loads(a.bounds.read_text())
         except (OSError, ValueError) as exc:
             ap.error(f"cannot read {a.bounds}: {exc}")
-        print(render_bounds(bounds(recorded, a.cost_table, shared=a.shared)))
+        print(render_bounds(bounds(recorded, a.cost_table, shared=a.shared, prediction=not a.without_prediction)))
         return 0
     if a.tasks < 1 or a.repeats < 1 or a.gen < 1:
         ap.error("--tasks, --repeats and --gen must be >= 1")
@@ -263,6 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fucina.calibrate import cpu_name
     from fucina.catalog import resolve_model
 
+    methods = [m for m in dict.fromkeys(a.methods.split(",")) if m != "plain"] + ["plain"]
+    if not set(methods) <= set(METHODS):
+        ap.error(f"--methods takes {', '.join(METHODS)}, got {a.methods}")
+    if a.before is not None:
+        if not (a.before / "fucina" / "__init__.py").is_file():
+            ap.error(f"--before {a.before}: no fucina package there (give a checkout's src directory)")
+        methods = [*(m for m in methods if m != "plain"), *(m + BEFORE for m in methods if m != "plain"), "plain"]
     tasks = load_tasks(a.tasks)
     chat = a.endpoint == "chat" or (a.endpoint == "auto" and a.model != "gemma3-270m")
     threads = a.threads or default_threads()
@@ -276,14 +309,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             # server's prefix cache may hold an earlier repeat's prompt.
             servers = {}
             try:
-                for m in METHODS:
+                for m in methods:
                     (out / m).mkdir(exist_ok=True)
+                    env = None if not m.endswith(BEFORE) else {**os.environ, "PYTHONPATH": str(a.before.resolve())}
                     servers[m] = Server("fucina-plain" if m == "plain" else "fucina", a.model, path, a.ctx,
-                                        threads, None, out / m)
+                                        threads, None, out / m, env=env)
                 for s in servers.values():
                     s.wait_ready(httpx)
                 for i, task in enumerate(tasks):
-                    order = METHODS[(r + i) % 3:] + METHODS[:(r + i) % 3]  # rotate who goes first
+                    k = (r + i) % len(methods)
+                    order = methods[k:] + methods[:k]  # rotate who goes first
                     for m in order:
                         samples.append(_request(client, servers[m], task, r, m, chat, a.gen))
             finally:
@@ -294,7 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {"model": a.model, "endpoint": "chat" if chat else "completions", "tasks": len(tasks),
             "repeats": a.repeats, "gen": a.gen, "level": samples[0]["level"] if samples else "?",
             "date": time.strftime("%Y-%m-%d"), "machine": f"{cpu_name()}, {threads} threads",
-            "task_ids": [t["id"] for t in tasks]}
+            "task_ids": [t["id"] for t in tasks], "methods": methods,
+            "before": str(a.before) if a.before is not None else None}
     (out / "samples.json").write_text(json.dumps({"meta": meta, "samples": samples}, indent=1))
     text = render(summary, meta)
     (out / "summary.md").write_text(text + "\n")

@@ -161,7 +161,7 @@ class Server:
     """A server process on 127.0.0.1 serving ``model_path``; ``stop()`` ends it."""
 
     def __init__(self, kind: str, model: str, model_path: Path, ctx: int, threads: int, llama_server: str | None,
-                 log_dir: Path, served_name: str | None = None) -> None:
+                 log_dir: Path, served_name: str | None = None, env: dict[str, str] | None = None) -> None:
         self.kind = kind
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -170,7 +170,7 @@ class Server:
         if served_name and kind.startswith("fucina"):  # the others answer to any name
             cmd += ["--served-model-name", served_name]
         self.log = open(log_dir / f"{kind}.log", "a")  # appended: --fresh starts a server once per repeat
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.cmd = cmd
         #: The model id this server answers to (fucina checks it; the others accept any).
         self.model_id = served_name or (model_id(model) if kind.startswith("fucina") else "m")

@@ -138,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="cascade without the realign source (the ablation of a broken copy picked up again)")
     ap.add_argument("--no-rewrite", action="store_true",
                     help="cascade without rewrite rules (the ablation of drafts rewritten by the answer's edits)")
+    ap.add_argument("--no-prompt", action="store_true",
+                    help="cascade without the prompt source (the ablation of the prompt read as the copy had it)")
     pricing = ap.add_mutually_exclusive_group()
     pricing.add_argument("--cost-table", type=Path, default=None,
                          help="a verify cost table (JSON, as cached by fucina): the policy chooses the "
@@ -369,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replay: {exc}", file=sys.stderr)
         return 2
     cascade = CascadeOptions(recycling=not args.no_recycling, realign=not args.no_realign,
-                             rewrite=not args.no_rewrite)
+                             rewrite=not args.no_rewrite, prompt=not args.no_prompt)
     policy = PolicyOptions()
     if args.match_only:
         cascade, policy = match_only(cascade, policy)

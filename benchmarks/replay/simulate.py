@@ -72,7 +72,7 @@ def _primed_index(stream: Stream, vocab_size: int, options: CascadeOptions | Non
     full = stream.prompt + stream.continuation
     start = max(1, len(stream.prompt)) if full else 0
     if start:
-        idx.observe(full[:start])
+        idx.observe_fed(full[:start])
     return idx, full, start
 
 

@@ -65,3 +65,32 @@ def test_bounds_read_what_the_drafts_allow_for_each_distinct_plain_answer(tmp_pa
     for name in ("before", "realign", "default"):
         assert shared[0][name]["perfect"] == rows[0][name]["perfect"]
         assert 1.0 <= shared[0][name]["policy"] <= shared[0][name]["perfect"] + 1e-9
+    # Without the prediction (the `none` method's server) the prompt's copy drafts, read as copied: the
+    # policy's figure stays within the same bounds.
+    unpredicted = bounds(recorded, table, prediction=False)
+    assert [r["tokens"] for r in unpredicted] == [r["tokens"] for r in rows]
+    assert 1.0 <= unpredicted[0]["default"]["policy"] <= unpredicted[0]["default"]["perfect"] + 1e-9
+
+
+def test_methods_of_the_before_checkout_are_summarized_beside_the_others_with_a_row_per_task():
+    samples = []
+    for task in ("a", "b"):
+        for r in range(3):
+            samples += [_sample(task, r, "none", 30.0), _sample(task, r, "none@before", 20.0),
+                        _sample(task, r, "plain", 10.0)]
+    s = summarize(samples)
+    assert list(s) == ["none", "none@before", "plain"]
+    assert s["none"]["speedup"] == 3.0 and s["none@before"]["speedup"] == 2.0
+    text = render(s, {"model": "m", "endpoint": "chat", "tasks": 2, "repeats": 3, "gen": 10, "level": "exact",
+                      "date": "d", "machine": "x", "task_ids": ["a", "b"]})
+    assert "| task | none | none@before |" in text and "| a | 3.00x | 2.00x |" in text
+
+
+def test_before_needs_a_checkouts_src_directory(tmp_path, capsys):
+    import pytest
+
+    from benchmarks.edit import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--before", str(tmp_path), "--tasks", "1"])
+    assert exc.value.code == 2 and "no fucina package there" in capsys.readouterr().err

@@ -244,9 +244,9 @@ def test_a_draft_is_rewritten_as_the_rules_say(raw, last, tokens):
 
 def renamed_replay(options: CascadeOptions, prompt: list[int], answer: list[int], budget: int = 16) -> int:
     """Steps to replay ``answer`` as a model that writes it would (each step commits the draft's
-    accepted prefix and the correction)."""
+    accepted prefix and the correction); the prompt is fed as the decoder feeds it."""
     idx = SpeculationIndex(V, options)
-    idx.observe(prompt)
+    idx.observe_fed(prompt)
     steps = i = 0
     while i < len(answer):
         offer = idx.draft([], budget)

@@ -45,7 +45,7 @@ from fucina.results import SpeculationRates
 from fucina.sampling import Sampler
 from fucina.speculative.costs import CostTable
 from fucina.speculative.policy import AcceptanceModel, DraftPolicy, PolicyOptions, WordPieces
-from fucina.speculative.source import NO_DRAFT, DraftSource
+from fucina.speculative.source import NO_DRAFT, DraftSource, observe_fed
 from fucina.speculative.topk import topk_rows
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class SpeculativeDecoder(CommittedStream):
         tokens = super().feed(tokens)
         self.policy.reset_pending()  # candidates predict the model's continuation, not a new turn
         if tokens:
-            self.source.observe(tokens)
+            observe_fed(self.source, tokens)
         return tokens
 
     def adopt(self, prefix: Sequence[int]) -> None:
@@ -155,7 +155,7 @@ class SpeculativeDecoder(CommittedStream):
         super().adopt(prefix)
         self.policy.reset_pending()
         if self.history:
-            self.source.observe(self.history)
+            observe_fed(self.source, self.history)
 
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, max_tokens: int, stop_ids: Iterable[int] = ()) -> Iterator[int]:

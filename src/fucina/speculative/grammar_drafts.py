@@ -25,7 +25,7 @@ import numpy as np
 
 from fucina.results import SourceReport
 from fucina.speculative.index import CascadeStats
-from fucina.speculative.source import Draft, DraftSource
+from fucina.speculative.source import Draft, DraftSource, observe_fed
 
 __all__ = ["GrammarDrafts"]
 
@@ -75,6 +75,11 @@ class GrammarDrafts:
                     break
                 self.accepted += 1
         self.inner.observe(committed)
+
+    def observe_fed(self, tokens: Sequence[int]) -> None:
+        """Fed tokens (a prompt): nothing of ours is pending then; the inner source learns them as fed."""
+        self._pending = None
+        observe_fed(self.inner, tokens)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         self.inner.observe_topk(inputs, topk)

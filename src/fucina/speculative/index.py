@@ -8,32 +8,37 @@ Sources, in tie-break order:
    per-conversation cursor;
 3. ``cross-request`` — a snapshot of the tenant's earlier requests
    (:mod:`fucina.speculative.crossreq`), read through its own cursor (:meth:`set_cross_request`);
-4. ``realign`` — right after a copy broke (a renamed identifier, a replaced word), the copy picked
+4. ``prompt`` — the text fed to the model (the prompt, each new turn) as a frozen SAM, read through a
+   cursor fed the answer as the copy had it (:meth:`~fucina.speculative.rewrite.Rewriter.as_copied`):
+   where the answer renames a name of a file its prompt quotes, the conversation's match ends at every
+   use and this one runs on (on by default, with the rewrite rules);
+5. ``realign`` — right after a copy broke (a renamed identifier, a replaced word), the copy picked
    up again in the text it came from, where the answer rejoined it (:mod:`fucina.speculative.realign`,
    on by default). Its draft and the SAMs' are both scored against what is committed, whichever is
    offered; realign drafts instead of the SAMs while it leads: the steps its draft held further, less
    those theirs did, clipped (ties go to the SAMs); where no SAM drafts, it drafts unless it trails;
-5. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
+6. ``resume`` — when the last committed token is one the conversation never saw (no SAM matches
    at all) and realign has nothing, the copy it broke continued one token on: the text after the token
    the previous match was followed by, as when a copied line gets one new word
    (:mod:`fucina.speculative.resume`, on by default);
-6. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), when no SAM matches.
+7. ``recycling`` — the Token-Recycling chain walk (:mod:`fucina.speculative.recycling`), when no SAM matches.
 
 Selection: every SAM source reports its match length; the longest match drafts (ties go to the
-conversation, whose recency beats a static document, then to the first-added reference) the whole
+conversation, whose recency beats a static document, then to the first-added reference, the prompt
+last) the whole
 budget the caller asks for: how much of it is worth verifying is the decoder's policy
 (:mod:`fucina.speculative.policy`), which prices the draft by this match length (the offer's
 ``confidence``, :meth:`SpeculationIndex.confidence`) and the acceptance it has measured per kind.
 When the conversation wins but a reference drafts the same tokens (at least as many), the reference
 drafts them: the offer is the same, and a prediction the prompt also quotes is credited with what it
-predicted. Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
+predicted (never the prompt source: it drafts only where its match is the longest). Matches shorter than ``min_match`` fall through to recycling; an unseen recycling row drafts
 nothing and the decoder takes a plain step. Drafting from a 1-token match is on by default: on the
 dev agent traces it raises the tokens a step could commit from 1.8 to 2.1
 (``python -m benchmarks.replay``), and the policy declines such drafts wherever they do not pay.
 
 A SAM's or realign's draft is rewritten by the edits the answer keeps making to what it copies (a
 renamed identifier: :mod:`fucina.speculative.rewrite`, on by default); it keeps its kind and credit. Where
-such a draft held, the references' cursors are fed the committed tokens as the copy had them
+such a draft held, the references' and the prompt's cursors are fed the committed tokens as the copy had them
 (:meth:`~fucina.speculative.rewrite.Rewriter.as_copied`), so their match survives the edit.
 
 Each step's offer is one :class:`~fucina.speculative.source.Draft`: tokens, confidence, the kind
@@ -49,7 +54,6 @@ their own copy of it, recycling walks from ``context[-1]``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -58,7 +62,7 @@ import numpy as np
 from fucina.errors import (EmptyReference, InvalidArgument, InvalidOption, InvalidToken,
                            TooManyReferences)
 from fucina.results import SourceReport
-from fucina.speculative.costs import CostTable
+from fucina.speculative.index_options import MAX_REFERENCES, CascadeOptions, CascadeStats, options_for_costs
 from fucina.speculative.realign import Realign
 from fucina.speculative.recycling import Recycling
 from fucina.speculative.resume import Resume
@@ -67,88 +71,12 @@ from fucina.speculative.sam import SamIndex
 from fucina.speculative.sam_cursor import SamCursor
 from fucina.speculative.source import NO_DRAFT, Draft, held
 
-__all__ = ["CascadeOptions", "CascadeStats", "SpeculationIndex", "options_for_costs"]
-
-
-#: Token-Recycling acceptance measured by the model-free replay on Spec-Bench dev texts
-#: (``python -m benchmarks.replay --from-bench``, see BENCHMARKS.md, "Model-free components"): 5-8% per group.
-RECYCLING_EXPECTED_ACCEPTANCE = 0.10
-#: Most reference documents one index holds (and one call may draft from).
-MAX_REFERENCES = 8
-
-
-def options_for_costs(table: CostTable, base: "CascadeOptions | None" = None) -> "CascadeOptions":
-    """Cascade options for a measured verify cost table: recycling only where it can pay.
-
-    A recycling chain of k tokens breaks even at acceptance (cost(k+1) - 1) / k. On CPUs where a
-    verify costs nearly as much as k plain steps that is >= 20%, far above what recycling reaches,
-    so its drafts would only be declined by the policy (or, verified, cost more than they commit). Where
-    verifies are cheap (a GPU-like table) recycling stays on, as the design intends.
-    """
-    base = base if base is not None else CascadeOptions()
-    ks = range(2, base.recycling_max_chain + 1)
-    pays = min(table.break_even(k + 1) for k in ks) < RECYCLING_EXPECTED_ACCEPTANCE
-    return dataclasses.replace(base, recycling=base.recycling and pays)
+__all__ = ["CascadeOptions", "CascadeStats", "MAX_REFERENCES", "SpeculationIndex", "options_for_costs"]
 
 
 #: Fewest tokens a reference must share with the conversation's draft to draft instead of it
 #: (:meth:`SpeculationIndex._credit_reference`): the policy's shortest draft.
 _MIN_CREDIT = 2
-
-
-@dataclass(frozen=True)
-class CascadeOptions:
-    """Policy constants of the cascade; validated at construction (raises InvalidOption)."""
-
-    #: SAM matches shorter than this fall through to recycling.
-    min_match: int = 1
-    #: Most reference documents one index holds.
-    max_references: int = MAX_REFERENCES
-    #: Offer the ``resume`` candidate after a never-seen token (priced by the policy as its own
-    #: kind; on the dev aider traces it drafts ~20% of the steps nothing else could, at 18%
-    #: acceptance: +0.09 tokens/step under a cheap verify, nothing under this CPU's).
-    resume: bool = True
-    #: Offer the ``realign`` candidate right after a copy broke (its own kind for the policy; on the
-    #: Predicted Outputs rename edits it drafts the copy on past every renamed identifier, where the SAMs
-    #: draft what followed the new name's earlier occurrence: BENCHMARKS.md, "Predicted Outputs").
-    realign: bool = True
-    #: Rewrite the SAMs' and realign's drafts by the edits the answer keeps making to the text it
-    #: copies (:mod:`fucina.speculative.rewrite`; on Qwen's shlex rename the policy's bound 1.43x -> 2.26x).
-    rewrite: bool = True
-    #: Report each SAM draft's fork flags (``Draft.forks``), so the policy prices a token the text
-    #: continued several ways apart from one it continued one way only; False: priced on the
-    #: match length alone (the ablation ``fucina bench --methods match_only``).
-    forks: bool = True
-    #: Use the Token-Recycling fallback (and ask the decoder for top-K rows).
-    recycling: bool = True
-    #: Candidates kept per recycling row.
-    recycling_k: int = 8
-    #: Longest recycling chain walk.
-    recycling_max_chain: int = 8
-
-    def __post_init__(self) -> None:
-        for name in ("min_match", "recycling_k", "recycling_max_chain"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidOption(f"{name} must be an int >= 1, got {value!r}")
-        if not isinstance(self.max_references, int) or self.max_references < 0:
-            raise InvalidOption(f"max_references must be >= 0, got {self.max_references}")
-
-
-@dataclass(frozen=True)
-class CascadeStats:
-    """Per-source statistics, in tie-break order (conversation, references, cross-request, resume, recycling)."""
-
-    sources: tuple[SourceReport, ...]
-
-    def __getitem__(self, name: str) -> SourceReport:
-        for s in self.sources:
-            if s.name == name:
-                return s
-        raise KeyError(name)
-
-    def __str__(self) -> str:
-        return " ".join(str(s) for s in self.sources)
 
 
 class _Drafter(Protocol):
@@ -220,6 +148,8 @@ class SpeculationIndex:
         self._realign = Realign() if opts.realign else None
         self._realign_score = _Score(Realign.name)
         self._rewriter = Rewriter() if opts.rewrite else None
+        self._prompt: _Reference | None = None  # built at each feed (see observe)
+        self._prompt_score = _Score("prompt")
         self._pending: _Pending | None = None
 
     # -- read-only views -------------------------------------------------------------------------
@@ -291,6 +221,8 @@ class SpeculationIndex:
         copied = toks if self._rewriter is None else self._rewriter.as_copied(toks)
         for ref in self._refs:
             ref.cursor.feed_many(copied)
+        if self._prompt is not None:
+            self._prompt.cursor.feed_many(copied)
         if self._cross is not None:
             self._cross.cursor.feed_many(toks)
         if self._rec is not None:
@@ -306,6 +238,13 @@ class SpeculationIndex:
                 if score is not None:
                     score.accepted += accepted
                     score.drafted += len(pending.draft)
+
+    def observe_fed(self, tokens: Sequence[int]) -> None:
+        """:meth:`observe` tokens fed to the model (a prompt, a new turn), and index the whole stream as
+        the ``prompt`` source (a frozen SAM, about 2 ms per 1000 tokens) when it is on."""
+        self.observe(tokens)
+        if tokens and self.options.prompt and self._rewriter is not None:
+            self._prompt = self._frozen_copy(self._conv.tokens, self._prompt_score)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
@@ -387,7 +326,9 @@ class SpeculationIndex:
 
     def stats(self) -> CascadeStats:
         """Per-source accepted/drafted counts."""
-        scores = [self._conv_score, *(r.score for r in self._sam_sources())]
+        scores = [self._conv_score, *(r.score for r in self._sam_sources() if r.score is not self._prompt_score)]
+        if self._prompt_score.drafted:  # listed once it has drafted
+            scores.append(self._prompt_score)
         if self._realign_score.drafted:  # listed once it has drafted
             scores.append(self._realign_score)
         if self._resume_score.drafted:  # listed once it has drafted
@@ -399,6 +340,7 @@ class SpeculationIndex:
     def nbytes(self) -> int:
         """Bytes held by all sources (the conversation SAM includes the committed stream)."""
         total = self._conv.nbytes() + sum(r.sam.nbytes() for r in self._refs)
+        total += self._prompt.sam.nbytes() if self._prompt is not None else 0
         # The cross-request snapshot is the tenant's, shared across its requests: not counted here.
         return total + (self._rec.nbytes() if self._rec is not None else 0)
 
@@ -485,6 +427,8 @@ class SpeculationIndex:
         for match, _, score, drafter, stream in rest:
             if match < self.options.min_match:
                 break
+            if score is self._prompt_score:
+                continue
             alt = [int(t) for t in drafter.draft(budget)]
             common = min(len(alt), len(tokens))
             if alt[:common] == tokens[:common] and common >= min(len(tokens), _MIN_CREDIT):
@@ -492,8 +436,17 @@ class SpeculationIndex:
         return self._conv_score, self._conv, self._conv_stream, tokens
 
     def _sam_sources(self) -> list[_Reference]:
-        """The frozen sources read through cursors, in tie-break order: references, then cross-request."""
-        return self._refs if self._cross is None else [*self._refs, self._cross]
+        """The frozen sources read through cursors, in tie-break order: references, cross-request, prompt."""
+        return [*self._refs, *(s for s in (self._cross, self._prompt) if s is not None)]
+
+    @staticmethod
+    def _frozen_copy(tokens: Sequence[int], score: _Score) -> _Reference:
+        """A frozen SAM over ``tokens`` with a cursor at their end."""
+        sam = SamIndex.build(tokens)
+        sam.freeze()
+        cursor = sam.cursor()
+        cursor.feed_many(tokens)
+        return _Reference(sam, cursor, score, sam.tokens)
 
     def _remember(self, score: _Score, tokens: list[int], confidence: int | None,
                   forks: Sequence[bool] | None) -> Draft:

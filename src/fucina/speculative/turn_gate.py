@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fucina.speculative.source import Draft, DraftSource
+from fucina.speculative.source import Draft, DraftSource, observe_fed
 
 __all__ = ["TurnGate"]
 
@@ -98,6 +98,13 @@ class TurnGate:
         self.dropped += len(toks) - keep
         if keep:
             self.inner.observe(toks[:keep])
+
+    def observe_fed(self, tokens: Sequence[int]) -> None:
+        """Fed tokens (a prompt) go through while the gate is open; otherwise as :meth:`observe`."""
+        if self._state == self._PASS:
+            observe_fed(self.inner, tokens)
+        else:
+            self.observe(tokens)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         if self._state == self._CLOSED:
