@@ -126,3 +126,12 @@ def test_decoding_with_the_prompt_source_is_lossless(opts, seed):
     assert idx._prompt is not None
     if opts.temperature == 0:
         assert expected == script and idx.stats()["prompt"].accepted > 0
+
+
+def test_right_after_a_feed_the_prompt_source_prices_nothing():
+    # Its cursor matches the whole stream, whose one occurrence ends the text: it cannot draft, so the
+    # step's confidence is the conversation's (a 2-token match of ``5 6`` here), never the prompt's length.
+    idx = SpeculationIndex(V, CascadeOptions(recycling=False))
+    idx.observe_fed([1, 5, 6, 7, 8, 9, 5, 6])
+    assert idx._prompt.cursor.match_len() == 8 and idx.confidence() == 2
+    assert idx.draft([], 4).tokens == (7, 8, 9, 5)

@@ -197,7 +197,10 @@ class SpeculationIndex:
     def confidence(self) -> int:
         """Longest SAM match, the confidence of the next draft; 0 if below ``min_match`` (the draft,
         if any, would come from recycling). O(1) per source."""
-        best = max([self._conv.match_len(), *(ref.cursor.match_len() for ref in self._sam_sources())])
+        # A match whose every occurrence ends its text drafts nothing (the prompt source right after a feed
+        # matches the whole stream): it yields to the next source, so it prices nothing either.
+        best = max([self._conv.match_len(), *(ref.cursor.match_len() for ref in self._sam_sources()
+                                              if ref.cursor.draft(1))])
         if self._realign is not None and self._realign.takes(best >= self.options.min_match):
             return self._realign.confidence
         if not best and self._resume is not None and self._resume.ready:
