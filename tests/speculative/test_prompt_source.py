@@ -11,6 +11,7 @@ from fucina.speculative.index import CascadeOptions, SpeculationIndex
 from fucina.speculative.source import observe_fed
 from fucina.speculative.turn_gate import TurnGate
 from tests.speculative.test_realign import assert_rename_lossless, long_source
+from tests.speculative.test_rewrite import replay_answer
 
 V = 400
 
@@ -28,20 +29,10 @@ def attribute_source(seed: int, lines: int = 16) -> list[int]:
 
 def replay(options: CascadeOptions, prompt: list[int], answer: list[int], budget: int
            ) -> tuple[int, SpeculationIndex]:
-    """Steps to replay ``answer`` as a model that writes it would (the prompt fed as the decoder feeds it;
-    each step commits the draft's accepted prefix and the correction), and the index."""
+    """Steps to replay ``answer`` (the prompt fed as the decoder feeds it), and the index."""
     idx = SpeculationIndex(V, options)
     idx.observe_fed(prompt)
-    steps = i = 0
-    while i < len(answer):
-        offer = idx.draft([], budget)
-        a = 0
-        while a < len(offer.tokens) and i + a < len(answer) and offer.tokens[a] == answer[i + a]:
-            a += 1
-        idx.observe(answer[i: i + a + 1])
-        i += a + 1
-        steps += 1
-    return steps, idx
+    return replay_answer(idx, answer, budget), idx
 
 
 def renamed(source: list[int]) -> tuple[list[int], list[int]]:

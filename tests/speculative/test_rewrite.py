@@ -247,6 +247,11 @@ def renamed_replay(options: CascadeOptions, prompt: list[int], answer: list[int]
     accepted prefix and the correction); the prompt is fed as the decoder feeds it."""
     idx = SpeculationIndex(V, options)
     idx.observe_fed(prompt)
+    return replay_answer(idx, answer, budget)
+
+
+def replay_answer(idx: SpeculationIndex, answer: list[int], budget: int) -> int:
+    """Steps ``idx`` takes to replay ``answer`` (each step commits the draft's accepted prefix and the correction)."""
     steps = i = 0
     while i < len(answer):
         offer = idx.draft([], budget)
