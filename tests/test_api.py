@@ -374,3 +374,11 @@ def test_context_length_exceeded_carries_the_numbers():
     with pytest.raises(ContextLengthExceeded) as exc:
         llm.complete("x" * 80, max_tokens=None)
     assert (exc.value.n_ctx, exc.value.prompt_tokens, exc.value.max_tokens, exc.value.param) == (64, 81, None, "prompt")
+
+
+def test_the_quick_calibration_ends_by_naming_the_steadier_command(capsys):
+    LLM._print_progress(1, 2)
+    assert "calibrate MODEL" not in capsys.readouterr().err
+    LLM._print_progress(2, 2)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "`fucina calibrate MODEL` measures a steadier one" in err

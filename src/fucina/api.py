@@ -380,7 +380,9 @@ class LLM:
     def _print_progress(i: int, n: int) -> None:
         print(f"\rcalibrating verify costs for this machine (once): {i}/{n}", end="", file=sys.stderr, flush=True)
         if i == n:
-            print(file=sys.stderr)
+            # Best of 2: on a 2-core EPYC its points vary about 10% from run to run (BENCHMARKS.md).
+            print("\na quick table, cached; `fucina calibrate MODEL` measures a steadier one (best of 5)",
+                  file=sys.stderr)
 
     def _max_draft(self) -> int:
         return self._decoder_options().policy.max_draft
