@@ -245,9 +245,12 @@ class SpeculationIndex:
     def observe_fed(self, tokens: Sequence[int]) -> None:
         """:meth:`observe` tokens fed to the model (a prompt, a new turn), and index the whole stream as
         the ``prompt`` source (a frozen SAM, about 2 ms per 1000 tokens) when it is on."""
+        rebuild = bool(tokens) and self.options.prompt and self._rewriter is not None
+        if rebuild:
+            self._prompt = None  # replaced below: its cursor need not read these tokens first
         self.observe(tokens)
-        if tokens and self.options.prompt and self._rewriter is not None:
-            self._prompt = self._frozen_copy(self._conv.tokens, self._prompt_score)
+        if rebuild:
+            self._prompt = self._frozen_source(self._conv.tokens, self._prompt_score)
 
     def observe_topk(self, inputs: Sequence[int], topk: np.ndarray) -> None:
         """Forward verify-row top-K candidates to recycling (ignored when it is disabled)."""
@@ -290,13 +293,8 @@ class SpeculationIndex:
         if not toks:
             raise EmptyReference("a reference document needs at least one token")
         self._check_ids(toks)
-        sam = SamIndex.build(toks)
-        sam.freeze()
-        cursor = sam.cursor()
-        # The conversation SAM holds the committed stream; replaying it aligns the new cursor.
-        cursor.feed_many(self._conv.tokens)
         slot = len(self._refs)
-        self._refs.append(_Reference(sam, cursor, _Score(f"ref{slot}"), sam.tokens))
+        self._refs.append(self._frozen_source(toks, _Score(f"ref{slot}")))
         return slot
 
     def set_cross_request(self, snapshot: _Snapshot | None) -> None:
@@ -442,13 +440,13 @@ class SpeculationIndex:
         """The frozen sources read through cursors, in tie-break order: references, cross-request, prompt."""
         return [*self._refs, *(s for s in (self._cross, self._prompt) if s is not None)]
 
-    @staticmethod
-    def _frozen_copy(tokens: Sequence[int], score: _Score) -> _Reference:
-        """A frozen SAM over ``tokens`` with a cursor at their end."""
+    def _frozen_source(self, tokens: Sequence[int], score: _Score) -> _Reference:
+        """A frozen SAM over ``tokens``, its cursor caught up over the observed stream (the conversation SAM
+        holds it), so it matches the existing context at once: a reference, or the prompt source."""
         sam = SamIndex.build(tokens)
         sam.freeze()
         cursor = sam.cursor()
-        cursor.feed_many(tokens)
+        cursor.feed_many(self._conv.tokens)
         return _Reference(sam, cursor, score, sam.tokens)
 
     def _remember(self, score: _Score, tokens: list[int], confidence: int | None,
