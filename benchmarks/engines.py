@@ -65,21 +65,24 @@ _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held
            "family, tied with string, and a card listing the senders. ") * 3
 
 
-def _load(name: str, engine: str):
+def _load(name: str, engine: str, context: int = 0):
     from fucina.catalog import load_model
 
     # stock: the standard load (no repacking on a CPU with AMX); the exact recipes load without it.
-    return load_model(name, n_ctx=2048, use_extra_bufts=None if engine == "stock" else False)
+    return load_model(name, n_ctx=max(2048, context + 256),
+                      use_extra_bufts=None if engine == "stock" else False)
 
 
 # --------------------------------------------------------------------------- workers (one engine each)
 
-def _work_costs(model, samples: int, ns: Sequence[int] = NS, prefill: int = 0) -> dict[str, float]:
-    """Median ms of a forward of n rows after a prompt, for each n; ``prefill``: also the median ms of
-    reading that many prompt tokens into an empty cache (key ``"prefill"``, three samples)."""
+def _work_costs(model, samples: int, ns: Sequence[int] = NS, prefill: int = 0, context: int = 0) -> dict[str, float]:
+    """Median ms of a forward of n rows after a prompt (of ``context`` tokens when > 0: attention reads
+    that many cached tokens), for each n; ``prefill``: also the median ms of reading that many prompt
+    tokens into an empty cache (key ``"prefill"``, three samples)."""
     from fucina.calibrate import time_forwards
 
-    times = time_forwards(model, ns, samples, prompt=model.tokenize(_PROMPT))
+    prompt = model.tokenize(_PROMPT * (1 + context // 60))[:context] if context else model.tokenize(_PROMPT)
+    times = time_forwards(model, ns, samples, prompt=prompt)
     out = {str(n): 1000 * statistics.median(v) for n, v in times.items()}
     if prefill:
         text = model.tokenize(_PROMPT * (1 + prefill // 60))[:prefill]
@@ -120,10 +123,10 @@ def _worker(a: argparse.Namespace) -> int:
     from fucina.engine_selection import active_engine
     from fucina.doctor import check_batch_invariance
 
-    model = _load(a.worker, a.engine)
+    model = _load(a.worker, a.engine, a.context or 0)
     res: dict = {"engine": active_engine().variant, "bufts": bool(model.options.use_extra_bufts)}
     if a.what == "costs":
-        res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill)
+        res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill, a.context or 0)
     elif a.what == "invariance":
         r = check_batch_invariance(model)
         res.update(max_exact_rows=r.max_exact_rows, mismatched=r.mismatched_rows, rows=r.rows,
@@ -193,18 +196,19 @@ def compare_logits(model: str, prompt_file: str, prompts: int, gen: int, engine:
 
 
 def run(models: Sequence[str], engines: Sequence[str], repeats: int, samples: int, prompt_file: str,
-        prompts: int, gen: int, ns: Sequence[int] = NS, prefill: int = 0) -> dict:
+        prompts: int, gen: int, ns: Sequence[int] = NS, prefill: int = 0, context: int = 0) -> dict:
     out: dict = {"date": time.strftime("%Y-%m-%d"), "machine": _cpu(), "models": {}}
     names = {e: _engine_name(e) for e in engines}
     for m in models:
-        res: dict = {"invariance": {}, "costs": {names[e]: [] for e in engines}, "prefill_tokens": prefill}
+        res: dict = {"invariance": {}, "costs": {names[e]: [] for e in engines}, "prefill_tokens": prefill,
+                     "context_tokens": context}
         for e in engines:
             res["invariance"][names[e]] = _spawn(e, m, "invariance")
             print(f"{m} {names[e]}: bitwise up to {res['invariance'][names[e]]['max_exact_rows']} rows", file=sys.stderr)
         for r in range(repeats):
             for e in engines:
                 res["costs"][names[e]].append(_spawn(e, m, "costs", samples=samples, ns=",".join(map(str, ns)),
-                                                     prefill=prefill)["ms"])
+                                                     prefill=prefill, context=context or None)["ms"])
             print(f"{m}: cost round {r + 1}/{repeats}", file=sys.stderr)
         res["median_ms"] = {e: {n: statistics.median(rd[n] for rd in rounds) for n in rounds[0]}
                             for e, rounds in res["costs"].items()}
@@ -227,7 +231,8 @@ def render(res: dict) -> str:
     for m, r in res["models"].items():
         engines = list(r["median_ms"])
         ns = list(r["median_ms"][engines[0]])
-        lines.append(f"**{m}**")
+        ctx = f", forwards after a {r['context_tokens']}-token context" if r.get("context_tokens") else ""
+        lines.append(f"**{m}**{ctx}")
         lines.append("")
         sizes = [n for n in ns if n != "prefill"]
         lines.append("| engine | load | bitwise up to | plain step | " + " | ".join(f"C({n})" for n in sizes if n != "1")
@@ -274,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gen", type=int, default=48)
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="batch sizes priced (default %(default)s)")
     ap.add_argument("--prefill", type=int, default=0, help="also time reading this many prompt tokens")
+    ap.add_argument("--context", type=int, default=0,
+                    help="time the forwards after a prompt of this many tokens (default: a short one); "
+                         "attention's share of a step grows with it")
     ap.add_argument("--json", action="store_true")
     # worker mode (internal)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -296,12 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = sorted({1, *(int(n) for n in a.ns.split(","))})
     except ValueError:
         ns = []
-    if bad or a.repeats < 1 or a.samples < 1 or not ns or ns[0] < 1 or a.prefill < 0:
+    if bad or a.repeats < 1 or a.samples < 1 or not ns or ns[0] < 1 or a.prefill < 0 or a.context < 0:
         ap.error(f"--engines takes {', '.join(ENGINES)} or NAME=DIR (a built engine directory), each optionally "
                  f"with @VAR=VALUE settings; --repeats and "
-                 "--samples >= 1; --ns whole numbers >= 1; --prefill >= 0")
+                 "--samples >= 1; --ns whole numbers >= 1; --prefill and --context >= 0")
     res = run([m for m in a.models.split(",") if m], engines, a.repeats, a.samples, a.prompt_file, a.prompts, a.gen,
-              ns, a.prefill)
+              ns, a.prefill, a.context)
     print(json.dumps(res) if a.json else render(res))
     return 0
 

@@ -84,6 +84,20 @@ def test_k_quant_weights_take_their_column_group_kernels_for_every_batch_size(tm
     assert all(p.unifies for p in KQUANT_COLUMNS) and all(p.before not in p.after for p in KQUANT_COLUMNS)
 
 
+def test_attention_multiplies_a_kv_head_by_all_of_its_query_heads_in_one_call(tmp_path):
+    from fucina.engine.patches import GQA_HEADS
+
+    tree = _tree(tmp_path)
+    apply_patches(tree)
+    matmul = (tree / "ggml/src/ggml-cpu/ggml-cpu.c").read_text()
+    # Both tinyBLAS loops (src1 as given, and packed into the work buffer) step over the query heads of
+    # one K/V head at a time, with that many times the columns; GGML_FUCINA_GQA=0 turns it off.
+    assert matmul.count("i12 += fucina_heads") == 2 and matmul.count("ne11*fucina_heads") == 2
+    assert "i12 < ne12; i12++)\n                if (!llamafile_sgemm" not in matmul
+    assert 'getenv("GGML_FUCINA_GQA")' in matmul and "nb2 == (size_t) ne1*nb1 ? r2 : 1" in matmul
+    assert all(p.unifies for p in GQA_HEADS) and all(p.before not in p.after for p in GQA_HEADS)
+
+
 def test_a_missing_or_repeated_text_fails_and_writes_nothing(tmp_path):
     tree = _tree(tmp_path)
     sgemm = tree / PATCHES[0].path

@@ -97,6 +97,37 @@ def test_every_batch_size_up_to_64_is_bitwise_whichever_k_quant_kernel_serves_it
     assert r.stdout.split() == [str(sum(ALL_PATHS_KS)), "0", "64"], r.stdout
 
 
+#: One prompt, its plain steps and a 16-row verify, hashed bit for bit (the engine under GGML_FUCINA_GQA).
+_GQA_BITS = (
+    "import hashlib, numpy as np; from fucina.catalog import load_model; "
+    "m = load_model({model!r}, n_ctx=2048, use_extra_bufts=False); "
+    "t = m.tokenize(open({text!r}).read())[:700]; h = hashlib.sha256(); "
+    "h.update(np.ascontiguousarray(m.forward_step(t[:600])).tobytes()); "
+    "[h.update(np.ascontiguousarray(m.forward_step([x])).tobytes()) for x in t[600:640]]; "
+    "h.update(np.ascontiguousarray(m.forward_step_all_logits(t[640:656])).tobytes()); "
+    "print(m.metadata('{arch}.attention.head_count'), m.metadata('{arch}.attention.head_count_kv'), h.hexdigest())"
+)
+
+
+@pytest.mark.parametrize(("model", "arch"), [("gemma3-270m", "gemma3"), ("smollm2-135m", "llama")])
+def test_grouped_query_attention_in_one_call_per_kv_head_keeps_every_bit(env, model, arch):
+    """Both models share each K/V head among several query heads (Gemma 3 270M: 4 on 1, SmolLM2: 9 on 3),
+    and the engine multiplies one K/V head by all of its query heads in one call (patches.py, GQA_HEADS).
+    A 600-token prompt, 40 plain steps and a 16-row verify give the same bits as one call per query head
+    (``GGML_FUCINA_GQA=0``): a call that read another head's columns or wrote another head's outputs
+    would change them."""
+    code = _GQA_BITS.format(model=model, text=str(Path(__file__)), arch=arch)
+    out = []
+    for grouped in ("1", "0"):
+        r = subprocess.run([sys.executable, "-c", code], env={**env, "GGML_FUCINA_GQA": grouped},
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out.append(r.stdout.split())
+    heads, kv_heads, _ = out[0]
+    assert int(heads) > int(kv_heads) >= 1  # grouped-query attention: the grouped path is taken
+    assert out[0] == out[1]
+
+
 def test_the_api_is_exact_by_default_on_the_patched_engine_and_says_so_on_stock(env):
     from fucina import cpu
     from fucina.engine import env_for

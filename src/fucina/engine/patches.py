@@ -34,45 +34,31 @@ folded once with its sub-block scale) and the float steps are the VNNI microtile
 the patched engine's plain decoding rounds a little differently from stock's (distribution level
 between the two engines; ``tests/test_exact_engine.py`` keeps that difference at stock's own scale).
 
+The last patches (:data:`GQA_HEADS`, :mod:`fucina.engine.attention_patches`) change no arithmetic. Under
+grouped-query attention mul_mat called tinyBLAS once per query head, so a decode step read every cached
+K/V row once per query head that shares it; one call per K/V head computes the same sums in the same
+order, and at a 4,000-token context a Qwen2.5-Coder 1.5B plain step took about a quarter less time
+(BENCHMARKS.md, "Attention under grouped-query heads").
+
+The K-quant patches live in :mod:`fucina.engine.kquant_patches`; this module assembles the set.
+
 Each :class:`SourcePatch` names the text it replaces, which must occur exactly once in the pinned
 sources: a changed upstream fails the build loudly instead of building something unpatched.
 """
 
+
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
-from fucina.errors import FucinaError
+from fucina.engine.attention_patches import GQA_HEADS
+from fucina.engine.kquant_patches import KQUANT_COLUMNS, TILED_KQUANTS
+from fucina.engine.source_patch import (CPU, QUANTS_H, SGEMM, TILED, X86_QUANTS, EnginePatchError, SourcePatch,
+                                        kernel_text)
 
-_KERNELS = Path(__file__).with_name("kernels")
-
-
-def _kernel(name: str) -> str:
-    """The C text of ``kernels/<name>``, inserted into the llama.cpp tree by a patch below."""
-    return (_KERNELS / name).read_text()
-
-
-class EnginePatchError(FucinaError):
-    """The pinned sources do not contain the text a patch replaces (wrong version or already patched)."""
-
-
-@dataclass(frozen=True)
-class SourcePatch:
-    #: File inside the llama.cpp tree (``vendor/llama.cpp`` of the llama-cpp-python sdist).
-    path: str
-    before: str
-    after: str
-    #: Which kernel paths this makes one, and why that makes a row's result independent of the batch.
-    unifies: str
-
-
-_SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
-_TILED = "ggml/src/ggml-cpu/tiled/tiled.cpp"
-_QUANTS_H = "ggml/src/ggml-cpu/quants.h"
-_X86_QUANTS = "ggml/src/ggml-cpu/arch/x86/quants.c"
-_CPU = "ggml/src/ggml-cpu/ggml-cpu.c"
+__all__ = ["PATCHES", "Q4_1_COLUMNS", "KQUANT_COLUMNS", "TILED_KQUANTS", "GQA_HEADS", "EnginePatchError",
+           "SourcePatch", "apply_patches", "patch_set_id"]
 
 _Q4_1_DECL = ("void ggml_vec_dot_q4_1_q8_1(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
               "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);")
@@ -150,7 +136,7 @@ _TMP_BEFORE = ("    // attempt to reduce false-sharing (does not seem to make a 
                "    float tmp[32];\n")
 
 #: mul_mat's loop for the weight types that have a column-group kernel (Q4_1 and the K-quants).
-_COLS_LOOP = _kernel("mul_mat_cols.c")
+_COLS_LOOP = kernel_text("mul_mat_cols.c")
 
 _Q4_1_END = "    ggml_vec_dot_q4_1_q8_1_generic(n, s, bs, vx, bx, vy, by, nrc);\n#endif\n}\n"
 
@@ -172,7 +158,7 @@ _Q4_1_MIN_FMA = ("        // fucina: an explicit fmaf, as in the column-group ke
 
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch(
-        path=_SGEMM,
+        path=SGEMM,
         before=(
             "    // only enable sgemm for prompt processing\n"
             "#if !defined(__MMA__)\n"
@@ -202,7 +188,7 @@ PATCHES: tuple[SourcePatch, ...] = (
                  "kept for one row only where it is the same arithmetic (Q8_0/Q4_0/Q5_0 on AVX2)"),
     ),
     SourcePatch(
-        path=_TILED,
+        path=TILED,
         before=(
             "// GGML_CPU_TILED_MM_FORCE: test/bench only, take the tiled path even when unprofitable\n"
             "static bool ggml_tiled_matmul_forced(void) {\n"
@@ -215,237 +201,30 @@ PATCHES: tuple[SourcePatch, ...] = (
     ),
 )
 
-# The tiled K-quant kernel (ggml-cpu/tiled): upstream's fastest path for 8+ rows of Q2_K..Q6_K and IQ
-# weights. Its arithmetic per (row, column) is exact integers per 256-value block and three float steps
-# per block; fucina's one-column and column-group kernels for Q4_K/Q5_K/Q6_K compute exactly those steps
-# (kernels/kquant_common.c), so for these types it may serve any batch size without changing a bit.
-_TILED_KERNEL = "ggml/src/ggml-cpu/tiled/tiled-kernel.cpp"
-
-TILED_KQUANTS: tuple[SourcePatch, ...] = (
-    SourcePatch(
-        path=_TILED,
-        before=(
-            "    switch (src0->type) {\n"
-            "        case GGML_TYPE_Q6_K:\n"
-            "        case GGML_TYPE_Q5_K:\n"
-            "        case GGML_TYPE_Q4_K:\n"
-            "        case GGML_TYPE_Q3_K:\n"
-            "        case GGML_TYPE_Q2_K:\n"
-            "        case GGML_TYPE_IQ4_XS:\n"
-            "        case GGML_TYPE_IQ2_XXS:\n"
-            "        case GGML_TYPE_IQ2_XS:\n"
-            "        case GGML_TYPE_IQ2_S:\n"
-            "        case GGML_TYPE_IQ3_XXS:\n"
-            "        case GGML_TYPE_IQ3_S:\n"
-            "        case GGML_TYPE_IQ1_S:\n"
-            "        case GGML_TYPE_IQ1_M:\n"
-            "            return true;\n"
-            "        default:\n"
-            "            return false;\n"
-            "    }\n"
-        ),
-        after=(
-            "    // fucina: only the K-quants whose vec_dot and column-group kernels compute this kernel's\n"
-            "    // arithmetic (fucina/engine/kernels/kquant_common.c); the other types keep vec_dot for every\n"
-            "    // batch size. (Upstream returned from the switch, so the src1 checks below never ran.)\n"
-            "    switch (src0->type) {\n"
-            "        case GGML_TYPE_Q6_K:\n"
-            "        case GGML_TYPE_Q5_K:\n"
-            "        case GGML_TYPE_Q4_K:\n"
-            "            break;\n"
-            "        default:\n"
-            "            return false;\n"
-            "    }\n"
-        ),
-        unifies=("tiled K-quant matmul vs vec_dot for Q2_K/Q3_K/IQ weights: vec_dot for every batch size; the "
-                 "tiled kernel only for the three types whose other kernels share its arithmetic"),
-    ),
-    SourcePatch(
-        path=_TILED,
-        before="#if !defined(__AVX512VNNI__) && !defined(__AVX2__) && !defined(__AVX__)\n",
-        after=(
-            "// fucina: the AVX-only and scalar microtiles round differently (no fused steps), so the tiled\n"
-            "// path runs only where its VNNI or AVX2+FMA microtile does, the arithmetic fucina's kernels share.\n"
-            "#if !(defined(__AVX2__) && defined(__FMA__))\n"
-        ),
-        unifies="tiled K-quant matmul on CPUs without AVX2+FMA: off (vec_dot for every batch size there)",
-    ),
-    SourcePatch(
-        path=_TILED,
-        before=(
-            "    //  Profitable at rows >= 8, take even when unprofitable if we're forced\n"
-            "    return rows >= 8 || ggml_tiled_matmul_forced();\n"
-        ),
-        after=(
-            "    // fucina: the tiled kernel computes the column groups' bits (kquant_common.c), so where it\n"
-            "    // takes over is a question of speed alone: below FUCINA_TILED_MIN_ROWS the column groups are\n"
-            "    // faster (it pads every band to 16 columns). GGML_FUCINA_TILED_MIN=N moves the floor (the\n"
-            "    // tests run every batch size through both paths and compare the bits).\n"
-            "    static int fucina_floor = -1;  // a benign race: every thread computes the same value\n"
-            "    if (fucina_floor < 0) {\n"
-            "        const char * env = getenv(\"GGML_FUCINA_TILED_MIN\");\n"
-            "        fucina_floor = env != NULL && atoi(env) > 0 ? atoi(env)\n"
-            "                     : fucina_tiled_amx() ? FUCINA_TILED_MIN_ROWS_AMX : FUCINA_TILED_MIN_ROWS;\n"
-            "    }\n"
-            "    return rows >= fucina_floor;\n"
-        ),
-        unifies=("tiled K-quant matmul's batch floor: a speed choice only, since its rows are the column "
-                 "groups' and vec_dot's bits (Q4_K/Q5_K/Q6_K)"),
-    ),
-    SourcePatch(
-        path=_TILED,
-        before="static bool ggml_tiled_min_batch(int64_t rows) {\n",
-        after=("// fucina: rows from which the tiled kernel beats the column groups (BENCHMARKS.md, the engine),\n"
-               "// with its VNNI or AVX2 microtile and with the AMX one (tiled-kernel.cpp, fucina_tiled_amx).\n"
-               "#define FUCINA_TILED_MIN_ROWS 20\n"
-               "#define FUCINA_TILED_MIN_ROWS_AMX 8\n"
-               "static bool ggml_tiled_min_batch(int64_t rows) {  // fucina: the floor below\n"),
-        unifies="(no kernel change: the tiled kernel's default floor)",
-    ),
-    SourcePatch(
-        path=_TILED_KERNEL,
-        before="        _mm512_store_ps(p, _mm512_add_ps(_mm512_load_ps(p), _mm512_mul_ps(result, d1_vec)));\n",
-        after=("        // fucina: one fused step, as the AVX2 microtile and fucina's kernels take it (a separate\n"
-               "        // mul and add round twice, or once where the compiler contracts them).\n"
-               "        _mm512_store_ps(p, _mm512_fmadd_ps(result, d1_vec, _mm512_load_ps(p)));\n"),
-        unifies="tiled kernel's VNNI and AVX2 microtiles: the same fused accumulate into the result buffer",
-    ),
-) + (
-    SourcePatch(
-        path=_TILED_KERNEL,
-        before=("template <int SUBBLK, bool HAS_MIN, int BIAS, bool ACTBIAS>\n"
-                "void tiled_run_microtile(const tiled_tile_src0 & src0, const tiled_tile_src1 & src1,\n"
-                "                         int i0, int j0, int num_k, int slab, float * buf, int buf_stride) {\n"
-                "    const bool standard = (num_k == 1);\n"),
-        after=(_kernel("k4_scales.c") + _kernel("tiled_amx.cpp") + "\n"
-               "// fucina: whether the AMX microtile serves this process (tiled.cpp sets its row floor by it).\n"
-               "extern \"C\" bool fucina_tiled_amx(void) {\n"
-               "#if FUCINA_AMX_BUILD\n"
-               "    return fucina_amx_on();\n"
-               "#else\n"
-               "    return false;\n"
-               "#endif\n"
-               "}\n\n"
-               "template <int SUBBLK, bool HAS_MIN, int BIAS, bool ACTBIAS>\n"
-               "void tiled_run_microtile(const tiled_tile_src0 & src0, const tiled_tile_src1 & src1,\n"
-               "                         int i0, int j0, int num_k, int slab, float * buf, int buf_stride) {\n"
-               "#if FUCINA_AMX_BUILD\n"
-               "    // fucina: the AMX microtile where the CPU runs it (the VNNI microtile's bits, tiled_amx.cpp)\n"
-               "    if constexpr (FUCINA_AMX_FORMAT(SUBBLK, HAS_MIN, BIAS)) {\n"
-               "        if (fucina_amx_on()) {\n"
-               "            fucina_amx_microtile<SUBBLK, HAS_MIN>(src0, src1, i0, j0, num_k, slab, buf, buf_stride);\n"
-               "            return;\n"
-               "        }\n"
-               "    }\n"
-               "#endif\n"
-               "    const bool standard = (num_k == 1);\n"),
-        unifies=("tiled K-quant microtile on AMX CPUs: tile-unit integer sums of the same S1/S2, the VNNI "
-                 "microtile's float steps (Q4_K/Q5_K/Q6_K), so its rows are the other kernels' bits"),
-    ),
-    SourcePatch(
-        path=_TILED_KERNEL,
-        before=("void tiled_repack_src0(tiled_tile_src0 * tile, int n_rows, int num_k, int BIAS, bool corr) {\n"
-                "#if defined(__AVX2__)\n"),
-        after=("void tiled_repack_src0(tiled_tile_src0 * tile, int n_rows, int num_k, int BIAS, bool corr) {\n"
-               "#if FUCINA_AMX_BUILD\n"
-               "    // fucina: nothing to repack for the AMX microtile (fucina_amx_unpack wrote its planes)\n"
-               "    if (FUCINA_AMX_FORMAT(SUBBLK, SUBBLK == 32, BIAS) && fucina_amx_on()) {\n"
-               "        return;\n"
-               "    }\n"
-               "#endif\n"
-               "#if defined(__AVX2__)\n"),
-        unifies="(no kernel change: the weight repack has nothing to do for the AMX microtile)",
-    ),
-    SourcePatch(
-        path=_TILED,
-        before="#define UNUSED GGML_UNUSED\n",
-        after=("#define UNUSED GGML_UNUSED  // fucina: and the AMX microtile's declarations below\n\n"
-               "// fucina: the AMX microtile (tiled-kernel.cpp, fucina/engine/kernels/tiled_amx.cpp): whether it\n"
-               "// serves this process, and its unpack of the three K-quants straight into its weight planes.\n"
-               "extern \"C\" bool fucina_tiled_amx(void);\n"
-               "void fucina_amx_unpack(const block_q4_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"
-               "void fucina_amx_unpack(const block_q5_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"
-               "void fucina_amx_unpack(const block_q6_K * rows, int64_t row_stride, int n_rows, tiled_tile_src0 * tile, int num_k);\n"),
-        unifies="(no kernel change: declares the AMX microtile's switch and unpack)",
-    ),
-) + tuple(
-    SourcePatch(
-        path=_TILED,
-        before=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
-                "tiled_tile_src0 * tile, int num_k) {\n    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"),
-        after=(f"static void tiled_unpack_src0(const block_{t} * rows, int64_t row_stride, int n_rows, "
-               "tiled_tile_src0 * tile, int num_k) {  // fucina: or the AMX unpack\n"
-               "    GGML_ASSERT(n_rows <= TILED_TILE_ROWS);\n"
-               "    if (fucina_tiled_amx()) {  // fucina: the AMX microtile's planes instead (the same integers)\n"
-               "        fucina_amx_unpack(rows, row_stride, n_rows, tile, num_k);\n"
-               "        return;\n"
-               "    }\n"),
-        unifies=f"(no kernel change: {t} weights unpacked for the AMX microtile where it runs)",
-    )
-    for t in ("q4_K", "q5_K", "q6_K")
-) + (
-    SourcePatch(
-        path=_TILED,
-        before=("            // result buffer zeroed once per macrotile\n"
-                "            memset(ws->acc, 0, (size_t)TILED_TILE_ROWS * TILED_TILE_ROWS * sizeof(float));\n"),
-        after=("            // result buffer zeroed once per macrotile; fucina: only the rows and the 16-padded\n"
-               "            // columns the microtiles write and the store reads (a narrow band zeroed 256 KB for\n"
-               "            // 16 columns; every result still starts from +0.0)\n"
-               "            {\n"
-               "                const int n0p = (n_src0 + TILED_MICRO - 1) / TILED_MICRO * TILED_MICRO;\n"
-               "                const int n1p = (n_src1 + TILED_MICRO - 1) / TILED_MICRO * TILED_MICRO;\n"
-               "                for (int i = 0; i < n0p; i++) {\n"
-               "                    memset(ws->acc + (size_t) i * TILED_TILE_ROWS, 0, (size_t) n1p * sizeof(float));\n"
-               "                }\n"
-               "            }\n"),
-        unifies="(no kernel change: the tiled kernel zeroes only the part of its result buffer a window uses)",
-    ),
-    SourcePatch(
-        path=_TILED,
-        before=("static int ggml_tiled_narrow_k_extent(int64_t n_rows, int64_t ne00) {\n"
-                "    int l1 = 31 * 1024;"),
-        after=("static int ggml_tiled_narrow_k_extent(int64_t n_rows, int64_t ne00) {\n"
-               "    // fucina: with the AMX microtile, the longest run of blocks the tile buffers hold (16 slabs)\n"
-               "    // that divides the row: 16 weight rows are read in runs of up to 4096 values (whole rows\n"
-               "    // of most models: one sequential stream), not L1-sized pieces of 16 rows apart. Blocks\n"
-               "    // still meet each result in row order, so no bit changes.\n"
-               "    if (fucina_tiled_amx()) {\n"
-               "        for (int ke = 16 * TILED_TILE_K; ke > TILED_TILE_K; ke -= TILED_TILE_K) {\n"
-               "            if (ne00 % ke == 0) {\n"
-               "                return ke;\n"
-               "            }\n"
-               "        }\n"
-               "        return TILED_TILE_K;\n"
-               "    }\n"
-               "    int l1 = 31 * 1024;"),
-        unifies="(no kernel change: the tiled kernel's narrow path reads longer runs of a row under AMX)",
-    ),
-)
-
 #: The Q4_1 column-group kernel: declared, defined beside the one-column vec_dot, taken by mul_mat.
 Q4_1_COLUMNS: tuple[SourcePatch, ...] = (
     SourcePatch(
-        path=_QUANTS_H,
+        path=QUANTS_H,
         before=_Q4_1_DECL + "\n",
         after=_Q4_1_DECL + "  // fucina: its column-group form follows\n" + _COLS_DECL + ";\n",
         unifies="(no kernel change: declares the Q4_1 column-group kernel)",
     ),
     SourcePatch(
-        path=_X86_QUANTS,
+        path=X86_QUANTS,
         before=_Q4_1_MIN + _Q4_1_MIN_TAIL,
         after=_Q4_1_MIN_FMA + _Q4_1_MIN_TAIL,
         unifies=("Q4_1 one-column vec_dot: its min term an explicit fmaf, the column-group kernel's arithmetic "
                  "(it serves groups of one)"),
     ),
     SourcePatch(
-        path=_X86_QUANTS,
+        path=X86_QUANTS,
         before=_Q4_1_END,
         after=_Q4_1_END[:-2] + "}  // ggml_vec_dot_q4_1_q8_1\n\n" + _COLS_KERNEL,
         unifies=("Q4_1 dot products: one column-group kernel (1-8 activation columns per weight row) whose "
                  "per-column arithmetic does not depend on the group size"),
     ),
     SourcePatch(
-        path=_CPU,
+        path=CPU,
         before=_TMP_BEFORE,
         after=_COLS_LOOP,
         unifies=("Q4_1 and K-quant matmul: column groups (up to 8 for Q4_1, FUCINA_COLS_MAX for the K-quants) "
@@ -453,87 +232,8 @@ Q4_1_COLUMNS: tuple[SourcePatch, ...] = (
     ),
 )
 
-# The end of the x86 quants file (its last kernel, iq4_xs): the K-quant column-group kernels follow it.
-_X86_QUANTS_END = "    ggml_vec_dot_iq4_xs_q8_K_generic(n, s, bs, vx, bx, vy, by, nrc);\n#endif\n}\n"
-_Q6_K_DECL = ("void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
-              "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);\n")
-_CAST_COLS = ("(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
-              "const void * GGML_RESTRICT vy, size_t by, int ncols)")
-#: The kernels' C: shared helpers, the groups in their ymm and zmm forms, the entry points.
-_KQUANT_KERNELS = (_kernel("k4_scales.c") + _kernel("kquant_common.c") + _kernel("kquant_one.c")
-                   + "\n#define FUCINA_WIDE 0\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
-                   + "\n#define FUCINA_WIDE 1\n" + _kernel("kquant_groups.c") + "#undef FUCINA_WIDE\n"
-                   + _kernel("kquant_entry.c"))
-_KQUANT_DECLS = (
-    "// fucina: column-group kernels: one weight row times 1..FUCINA_COLS_MAX activation columns, each\n"
-    "// column's result bit for bit the one-column kernel's (fucina/engine/kernels/kquant_*.c). Groups of\n"
-    "// 8 measured fastest (16 spill; the batch only decides how many groups a forward takes).\n"
-    "#define FUCINA_COLS_MAX 8\n"
-    f"typedef void (*fucina_vec_dot_cols_t){_CAST_COLS};\n"
-    + "".join(f"void ggml_vec_dot_{t}_q8_K_cols{_CAST_COLS};\n" for t in ("q4_K", "q5_K", "q6_K"))
-)
 
-#: The K-quant column-group kernels (Q4_K, Q5_K, Q6_K): declared, defined after the Q4_1 one, taken by
-#: mul_mat's column-group loop above.
-KQUANT_COLUMNS: tuple[SourcePatch, ...] = (
-    SourcePatch(
-        path=_QUANTS_H,
-        before=_Q6_K_DECL,
-        after=_Q6_K_DECL[:-1] + "  // fucina: the K-quants' column-group forms follow\n" + _KQUANT_DECLS,
-        unifies="(no kernel change: declares the K-quant column-group kernels and their group size)",
-    ),
-    SourcePatch(
-        path=_X86_QUANTS,
-        before=_X86_QUANTS_END,
-        after=_X86_QUANTS_END[:-2] + "}  // ggml_vec_dot_iq4_xs_q8_K\n" + _KQUANT_KERNELS,
-        unifies=("Q4_K/Q5_K/Q6_K dot products: column-group kernels (1-8 activation columns per weight row, "
-                 "the row unpacked once) whose every column is the canonical dot product (kquant_common.c)"),
-    ),
-    SourcePatch(
-        path=_X86_QUANTS,
-        before='#include "../../ggml-cpu-impl.h"\n',
-        after=('#include "../../ggml-cpu-impl.h"  // fucina: and the K-quant declarations below\n\n'
-               "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
-               "// fucina: the one-column K-quant kernels the vec_dot functions below call (defined at the end).\n"
-               "static inline float fucina_q4_K_one(const int nb, const block_q4_K * GGML_RESTRICT x,\n"
-               "                                    const block_q8_K * GGML_RESTRICT y);\n"
-               "static inline float fucina_q6_K_one(const int nb, const block_q6_K * GGML_RESTRICT x,\n"
-               "                                    const block_q8_K * GGML_RESTRICT y);\n"
-               "static inline void fucina_q5_K_group_ymm(const int nb, float * GGML_RESTRICT s, size_t bs,\n"
-               "        const block_q5_K * GGML_RESTRICT x, const void * GGML_RESTRICT vy, size_t by, const int ncols);\n"
-               "#endif\n"),
-        unifies="(no kernel change: declares the one-column K-quant kernels defined at the end of the file)",
-    ),
-) + tuple(
-    SourcePatch(
-        path=_X86_QUANTS,
-        before=head,
-        after=head[:-1] + "  // fucina: the canonical dot product below\n" + (
-            "#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)\n"
-            "    // fucina: the canonical arithmetic the column groups and the tiled kernel share, for one column\n"
-            "    // (fucina/engine/kernels/kquant_common.c, kquant_one.c); upstream's body follows, unused.\n"
-            f"    {call}\n"
-            "    UNUSED(bs); UNUSED(bx); UNUSED(by);\n"
-            "    return;\n"
-            "#endif\n"
-        ),
-        unifies=(f"{t} one-column vec_dot: the canonical arithmetic of the column groups and the tiled kernel "
-                 "(AVX2+FMA), so a single-token step computes what a batch of any size computes"),
-    )
-    for t, head, call in (
-        ("q4_K", "void ggml_vec_dot_q4_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
-                 "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
-         "*s = fucina_q4_K_one(n / QK_K, (const block_q4_K *) vx, (const block_q8_K *) vy);"),
-        ("q5_K", "void ggml_vec_dot_q5_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
-                 "size_t bx, const void * GGML_RESTRICT vy,  size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
-         "fucina_q5_K_group_ymm(n / QK_K, s, 0, (const block_q5_K *) vx, vy, 0, 1);"),
-        ("q6_K", "void ggml_vec_dot_q6_K_q8_K(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, "
-                 "size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc) {\n    assert(n % QK_K == 0);\n",
-         "*s = fucina_q6_K_one(n / QK_K, (const block_q6_K *) vx, (const block_q8_K *) vy);"),
-    )
-)
-
-PATCHES = PATCHES + Q4_1_COLUMNS + KQUANT_COLUMNS + TILED_KQUANTS
+PATCHES = PATCHES + Q4_1_COLUMNS + KQUANT_COLUMNS + TILED_KQUANTS + GQA_HEADS
 
 
 def patch_set_id(patches: tuple[SourcePatch, ...] = PATCHES) -> str:
