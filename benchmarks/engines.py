@@ -235,8 +235,9 @@ def render(res: dict) -> str:
         lines.append(f"**{m}**{ctx}")
         lines.append("")
         sizes = [n for n in ns if n != "prefill"]
-        lines.append("| engine | load | bitwise up to | plain step | " + " | ".join(f"C({n})" for n in sizes if n != "1")
-                     + (" | prefill" if "prefill" in ns else "") + " |")
+        head = ["engine", "load", "bitwise up to", "plain step", *(f"C({n})" for n in sizes if n != "1"),
+                *(["prefill"] if "prefill" in ns else [])]
+        lines.append("| " + " | ".join(head) + " |")
         lines.append("|---|---|---|---|" + "---|" * (len(ns) - 1))
         stock = r["median_ms"].get("stock")
         for e in engines:

@@ -223,3 +223,21 @@ def test_engine_status_into_a_closed_pipe_exits_quietly(tmp_path):
     finally:
         os.close(write_end)
     assert r.returncode == 0 and r.stderr == ""
+
+
+def test_the_engine_table_names_its_context_and_has_one_cell_per_column():
+    from benchmarks.engines import render
+
+    ms = {"1": 50.0, "16": 300.0, "prefill": 1000.0}
+    inv = {"bufts": False, "max_exact_rows": 64}
+    res = {"machine": "m", "date": "d", "models": {"q": {
+        "median_ms": {"after": ms, "stock": {"1": 60.0, "16": 450.0, "prefill": 2000.0}},
+        "invariance": {"after": inv, "stock": {**inv, "bufts": True, "max_exact_rows": 0}},
+        "prefill_tokens": 500, "context_tokens": 4000}}}
+    text = render(res)
+    assert "**q**, forwards after a 4000-token context" in text
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert table[0] == "| engine | load | bitwise up to | plain step | C(16) | prefill |"
+    assert {line.count("|") for line in table} == {7}
+    # C(16) in plain steps of the engine; against stock, time for time (prefill: above 1 is faster).
+    assert "| after | no repack | 64 rows | 50.0 ms (0.83x) | 6.00 (0.67x) | 500 tok/s (2.00x) |" in table
