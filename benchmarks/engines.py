@@ -75,17 +75,22 @@ def _load(name: str, engine: str, context: int = 0):
 
 # --------------------------------------------------------------------------- workers (one engine each)
 
+def _prompt_of(model, n: int) -> list[int]:
+    """The first ``n`` tokens of _PROMPT repeated (about 60 tokens a copy)."""
+    return model.tokenize(_PROMPT * (1 + n // 60))[:n]
+
+
 def _work_costs(model, samples: int, ns: Sequence[int] = NS, prefill: int = 0, context: int = 0) -> dict[str, float]:
     """Median ms of a forward of n rows after a prompt (of ``context`` tokens when > 0: attention reads
     that many cached tokens), for each n; ``prefill``: also the median ms of reading that many prompt
     tokens into an empty cache (key ``"prefill"``, three samples)."""
     from fucina.calibrate import time_forwards
 
-    prompt = model.tokenize(_PROMPT * (1 + context // 60))[:context] if context else model.tokenize(_PROMPT)
+    prompt = _prompt_of(model, context) if context else model.tokenize(_PROMPT)
     times = time_forwards(model, ns, samples, prompt=prompt)
     out = {str(n): 1000 * statistics.median(v) for n, v in times.items()}
     if prefill:
-        text = model.tokenize(_PROMPT * (1 + prefill // 60))[:prefill]
+        text = _prompt_of(model, prefill)
         runs = []
         for _ in range(3):
             model.reset()
@@ -123,10 +128,10 @@ def _worker(a: argparse.Namespace) -> int:
     from fucina.engine_selection import active_engine
     from fucina.doctor import check_batch_invariance
 
-    model = _load(a.worker, a.engine, a.context or 0)
+    model = _load(a.worker, a.engine, a.context)
     res: dict = {"engine": active_engine().variant, "bufts": bool(model.options.use_extra_bufts)}
     if a.what == "costs":
-        res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill, a.context or 0)
+        res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill, a.context)
     elif a.what == "invariance":
         r = check_batch_invariance(model)
         res.update(max_exact_rows=r.max_exact_rows, mismatched=r.mismatched_rows, rows=r.rows,
@@ -208,7 +213,7 @@ def run(models: Sequence[str], engines: Sequence[str], repeats: int, samples: in
         for r in range(repeats):
             for e in engines:
                 res["costs"][names[e]].append(_spawn(e, m, "costs", samples=samples, ns=",".join(map(str, ns)),
-                                                     prefill=prefill, context=context or None)["ms"])
+                                                     prefill=prefill, context=context)["ms"])
             print(f"{m}: cost round {r + 1}/{repeats}", file=sys.stderr)
         res["median_ms"] = {e: {n: statistics.median(rd[n] for rd in rounds) for n in rounds[0]}
                             for e, rounds in res["costs"].items()}
