@@ -12,8 +12,9 @@
 // (not exact) only for its speed. ILV_Q6=1 does the same for Q6_K (block_q6_Kx8).
 //
 //   gcc -O2 -march=native -fopenmp benchmarks/kernels/interleaved_kquant.c -o /tmp/ilv -ldl -lm
-//   /tmp/ilv ~/.cache/fucina/engine-patched-0.3.36/llama_cpp/lib/libggml-cpu.so \
-//            $(python -c "import llama_cpp,os;print(os.path.dirname(llama_cpp.__file__))")/lib/libggml-cpu.so NB NROWS [threads] [reps]
+//   ENGINE=~/.cache/fucina/engine-patched-0.3.36/llama_cpp/lib/libggml-cpu.so
+//   STOCK=$(python -c "import llama_cpp,os;print(os.path.dirname(llama_cpp.__file__))")/lib/libggml-cpu.so
+//   /tmp/ilv $ENGINE $STOCK NB NROWS [threads] [reps]     (NB blocks of 256 per row; ILV_Q6=1 for Q6_K)
 //
 // Needs AVX-512 VNNI (the interleaved kernels are written for zmm only). Results: BENCHMARKS.md, "Against
 // llama.cpp's draftless modes on the grouped-attention engine" (stop 51).
@@ -64,15 +65,8 @@ static void make_x8(const block_q4_K * in, block_q4_Kx8 * out) {
     }
 }
 
-static inline void k4_scales_mins(const uint8_t * packed, uint32_t utmp[4]) {
-    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    memcpy(utmp, packed, 12);
-    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = utmp[1] & kmask1;
-    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-    utmp[2] = uaux;
-    utmp[0] &= kmask1;
-}
+// The engine's own unpack of Q4_K's 12 scale bytes (fucina_k4_scales_mins), so both sides read the scales alike.
+#include "../../src/fucina/engine/kernels/k4_scales.c"
 
 #define PF 1024
 
@@ -92,8 +86,8 @@ static void gemv_exact_x8(int nb, float * s, const block_q4_Kx8 * x, const block
         for (int p = 0; p < 4; ++p) {
             // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
             uint32_t u0[4], u1[4];
-            k4_scales_mins(b->scales + (2 * p) * 12, u0);
-            k4_scales_mins(b->scales + (2 * p + 1) * 12, u1);
+            fucina_k4_scales_mins(b->scales + (2 * p) * 12, u0);
+            fucina_k4_scales_mins(b->scales + (2 * p + 1) * 12, u1);
             __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
             for (int k = 0; k < 4; ++k) {
                 const uint8_t * q = b->qs + (4 * p + k) * 64;
@@ -132,7 +126,7 @@ static void gemv_exact_x8(int nb, float * s, const block_q4_Kx8 * x, const block
 static float scalar_q4K(int nb, const block_q4_K * x, const block_q8_K * y) {
     float acc = 0.0f;
     for (int i = 0; i < nb; ++i) {
-        uint32_t u[4]; k4_scales_mins(x[i].scales, u);
+        uint32_t u[4]; fucina_k4_scales_mins(x[i].scales, u);
         const uint8_t * sc = (const uint8_t *) u, * mn = (const uint8_t *) u + 8;
         int s1 = 0, s2 = 0;
         for (int j = 0; j < 4; ++j) {
@@ -227,6 +221,70 @@ static void gemv_q6_exact_x8(int nb, float * s, const block_q6_Kx8 * x, const bl
     _mm256_storeu_ps(s, acc);
 }
 
+// Times nm methods, interleaved, reps rounds, on nth threads; method m runs groups [g0, g1) of 8 rows on each
+// thread. Prints each method's median and its speed against method 0 (the engine's one-column kernel).
+typedef void (*method_fn)(int m, long g0, long g1, void * ctx);
+static int cmp_double(const void * a, const void * b) { const double x = *(const double *) a, y = *(const double *) b; return (x > y) - (x < y); }
+static void time_methods(const char * const * names, int nm, int reps, int nth, long ngroups, double bytes,
+                         method_fn run, void * ctx) {
+    double * t = malloc(sizeof(double) * nm * reps);
+    omp_set_num_threads(nth);
+    for (int rep = 0; rep < reps; ++rep)
+        for (int m = 0; m < nm; ++m) {
+            const double t0 = now();
+#pragma omp parallel
+            {
+                const int ith = omp_get_thread_num(), n = omp_get_num_threads();
+                run(m, ngroups * ith / n, ngroups * (ith + 1) / n, ctx);
+            }
+            t[m * reps + rep] = now() - t0;
+        }
+    double base = 0;
+    for (int m = 0; m < nm; ++m) {
+        qsort(t + m * reps, reps, sizeof(double), cmp_double);
+        const double med = t[m * reps + reps / 2];
+        base = m == 0 ? med : base;
+        printf("  %-28s median %8.3f ms  %5.1f GB/s  %.2fx the one-column kernel's speed\n", names[m], med * 1e3,
+               bytes / med / 1e9, base / med);
+    }
+    free(t);
+}
+
+// One activation row of nb blocks, as quantize_row_q8_K leaves it: random q8, its d, and bsums that match.
+static block_q8_K * random_q8(int nb) {
+    block_q8_K * y = aligned_alloc(64, sizeof(block_q8_K) * nb);
+    for (int l = 0; l < nb; ++l) {
+        y[l].d = ldexpf((float) (rand() % 1000 + 1), -17);
+        for (int j = 0; j < 256; ++j) y[l].qs[j] = (int8_t) (rand() % 255 - 127);
+        for (int j = 0; j < 16; ++j) { int t = 0; for (int i = 0; i < 16; ++i) t += y[l].qs[16 * j + i]; y[l].bsums[j] = t; }
+    }
+    return y;
+}
+
+// Rows w (nrows x nb blocks of bsz bytes) interleaved 8 at a time into w8 (blocks of xsz bytes) by make.
+static void interleave(const void * w, void * w8, size_t bsz, size_t xsz, int nb, long nrows,
+                       void (*make)(const void * in8, void * out)) {
+    uint8_t tmp[8 * 256];
+    for (long g = 0; g < nrows / 8; ++g)
+        for (int l = 0; l < nb; ++l) {
+            for (int r = 0; r < 8; ++r) memcpy(tmp + r * bsz, (const uint8_t *) w + ((g * 8 + r) * nb + l) * bsz, bsz);
+            make(tmp, (uint8_t *) w8 + (g * nb + l) * xsz);
+        }
+}
+static void make_q4_any(const void * in, void * out) { make_x8((const block_q4_K *) in, (block_q4_Kx8 *) out); }
+static void make_q6_any(const void * in, void * out) { make_q6_x8((const block_q6_K *) in, (block_q6_Kx8 *) out); }
+
+struct q6_ctx { vec_dot_t one6, stock6; int nb; const block_q6_K * w; const block_q6_Kx8 * w8; const block_q8_K * y;
+                float * s_ref, * s_new; };
+static void q6_method(int m, long g0, long g1, void * vc) {
+    const struct q6_ctx * c = vc;
+    const int nb = c->nb;
+    for (long g = g0; g < g1; ++g) {
+        if (m == 1) { gemv_q6_exact_x8(nb, c->s_new + 8 * g, c->w8 + g * nb, c->y); continue; }
+        for (long r = 8 * g; r < 8 * g + 8; ++r) (m == 0 ? c->one6 : c->stock6)(nb * 256, c->s_ref + r, 0, c->w + r * nb, 0, c->y, 0, 1);
+    }
+}
+
 static int run_q6(vec_dot_t one6, vec_dot_t stock6, int nb, long nrows, int nth, int reps) {
     srand(2);
     block_q6_K * w = aligned_alloc(64, sizeof(block_q6_K) * nb * nrows + 64);
@@ -236,18 +294,8 @@ static int run_q6(vec_dot_t one6, vec_dot_t stock6, int nb, long nrows, int nth,
         w[i].d = f2h(ldexpf((float) (rand() % 1000 + 1), -18));
     }
     block_q6_Kx8 * w8 = aligned_alloc(64, sizeof(block_q6_Kx8) * nb * (nrows / 8));
-    for (long g = 0; g < nrows / 8; ++g)
-        for (int l = 0; l < nb; ++l) {
-            block_q6_K tmp[8];
-            for (int r = 0; r < 8; ++r) tmp[r] = w[(g * 8 + r) * nb + l];
-            make_q6_x8(tmp, w8 + g * nb + l);
-        }
-    block_q8_K * y = aligned_alloc(64, sizeof(block_q8_K) * nb);
-    for (int l = 0; l < nb; ++l) {
-        y[l].d = ldexpf((float) (rand() % 1000 + 1), -17);
-        for (int j = 0; j < 256; ++j) y[l].qs[j] = (int8_t) (rand() % 255 - 127);
-        for (int j = 0; j < 16; ++j) { int t = 0; for (int i = 0; i < 16; ++i) t += y[l].qs[16 * j + i]; y[l].bsums[j] = t; }
-    }
+    interleave(w, w8, sizeof(block_q6_K), sizeof(block_q6_Kx8), nb, nrows, make_q6_any);
+    block_q8_K * y = random_q8(nb);
     float * s_ref = malloc(sizeof(float) * nrows), * s_new = malloc(sizeof(float) * nrows);
     for (long r = 0; r < nrows; ++r) one6(nb * 256, s_ref + r, 0, w + r * nb, 0, y, 0, 1);
     for (long g = 0; g < nrows / 8; ++g) gemv_q6_exact_x8(nb, s_new + 8 * g, w8 + g * nb, y);
@@ -258,26 +306,22 @@ static int run_q6(vec_dot_t one6, vec_dot_t stock6, int nb, long nrows, int nth,
     }
     printf("Q6_K exact x8: %ld of %ld rows differ from the one-column kernel, %ld of the first 4096 from the scalar canonical\n",
            diff, nrows, dsc);
-    const double bytes = (double) sizeof(block_q6_K) * nb * nrows;
-    omp_set_num_threads(nth);
-    for (int rep = 0; rep < reps; ++rep) {
-        double t[3];
-        for (int m = 0; m < 3; ++m) {
-            const double t0 = now();
-#pragma omp parallel
-            {
-                const int ith = omp_get_thread_num(), nt = omp_get_num_threads();
-                const long g0 = (nrows / 8) * ith / nt, g1 = (nrows / 8) * (ith + 1) / nt;
-                if (m == 0) for (long r = 8 * g0; r < 8 * g1; ++r) one6(nb * 256, s_ref + r, 0, w + r * nb, 0, y, 0, 1);
-                if (m == 1) for (long g = g0; g < g1; ++g) gemv_q6_exact_x8(nb, s_new + 8 * g, w8 + g * nb, y);
-                if (m == 2) for (long r = 8 * g0; r < 8 * g1; ++r) stock6(nb * 256, s_ref + r, 0, w + r * nb, 0, y, 0, 1);
-            }
-            t[m] = now() - t0;
-        }
-        printf("Q6_K one %.2f ms (%.1f GB/s)  exact x8 %.2f ms (%.1f GB/s)  stock vec_dot %.2f ms (%.1f GB/s)\n", t[0] * 1e3,
-               bytes / t[0] / 1e9, t[1] * 1e3, bytes / t[1] / 1e9, t[2] * 1e3, bytes / t[2] / 1e9);
-    }
+    struct q6_ctx c = { one6, stock6, nb, w, w8, y, s_ref, s_new };
+    static const char * const names[] = { "engine one-column", "exact interleaved", "stock vec_dot (not exact)" };
+    time_methods(names, 3, reps, nth, nrows / 8, (double) sizeof(block_q6_K) * nb * nrows, q6_method, &c);
     return diff || dsc;
+}
+
+struct q4_ctx { vec_dot_t one, stock4; gemv_t gemv; int nb; const block_q4_K * w; const block_q4_Kx8 * w8;
+                const block_q8_K * y; float * s_ref, * s_new, * s_up; };
+static void q4_method(int m, long g0, long g1, void * vc) {
+    const struct q4_ctx * c = vc;
+    const int nb = c->nb;
+    if (m == 1) { c->gemv(nb * 256, c->s_up + 8 * g0, 0, c->w8 + g0 * nb, c->y, 1, (int) (8 * (g1 - g0))); return; }
+    for (long g = g0; g < g1; ++g) {
+        if (m == 2) { gemv_exact_x8(nb, c->s_new + 8 * g, c->w8 + g * nb, c->y); continue; }
+        for (long r = 8 * g; r < 8 * g + 8; ++r) (m == 0 ? c->one : c->stock4)(nb * 256, c->s_ref + r, 0, c->w + r * nb, 0, c->y, 0, 1);
+    }
 }
 
 int main(int argc, char ** argv) {
@@ -312,18 +356,8 @@ int main(int argc, char ** argv) {
         w[i].dmin = f2h(ldexpf((float) (rand() % 1000 + 1), -19));
     }
     block_q4_Kx8 * w8 = aligned_alloc(64, sizeof(block_q4_Kx8) * nb * (nrows / 8));
-    for (long g = 0; g < nrows / 8; ++g)
-        for (int l = 0; l < nb; ++l) {
-            block_q4_K tmp[8];
-            for (int r = 0; r < 8; ++r) tmp[r] = w[(g * 8 + r) * nb + l];
-            make_x8(tmp, w8 + g * nb + l);
-        }
-    block_q8_K * y = aligned_alloc(64, sizeof(block_q8_K) * nb);
-    for (int l = 0; l < nb; ++l) {
-        y[l].d = ldexpf((float) (rand() % 1000 + 1), -17);
-        for (int j = 0; j < 256; ++j) y[l].qs[j] = (int8_t) (rand() % 255 - 127);
-        for (int j = 0; j < 16; ++j) { int s = 0; for (int i = 0; i < 16; ++i) s += y[l].qs[16 * j + i]; y[l].bsums[j] = s; }
-    }
+    interleave(w, w8, sizeof(block_q4_K), sizeof(block_q4_Kx8), nb, nrows, make_q4_any);
+    block_q8_K * y = random_q8(nb);
     float * s_ref = malloc(sizeof(float) * nrows), * s_new = malloc(sizeof(float) * nrows), * s_up = malloc(sizeof(float) * nrows);
     for (long r = 0; r < nrows; ++r) one(nb * 256, s_ref + r, 0, w + r * nb, 0, y, 0, 1);
     for (long g = 0; g < nrows / 8; ++g) gemv_exact_x8(nb, s_new + 8 * g, w8 + g * nb, y);
@@ -338,26 +372,9 @@ int main(int argc, char ** argv) {
     gemv(nb * 256, s_up, 0, w8, y, 1, (int) nrows);
     for (long r = 0; r < nrows; ++r) { double e = fabs(s_up[r] - s_ref[r]) / (fabs(s_ref[r]) + 1e-30); if (e > maxrel) maxrel = e; }
     printf("exact x8 vs one-column: %ld of %ld rows differ; upstream gemv max rel diff %.3g\n", diff, nrows, maxrel);
-    const double bytes = (double) sizeof(block_q4_K) * nb * nrows;
-    omp_set_num_threads(nth);
-    for (int rep = 0; rep < reps; ++rep) {
-        double t[4];
-        for (int m = 0; m < 4; ++m) {
-            const double t0 = now();
-#pragma omp parallel
-            {
-                const int ith = omp_get_thread_num(), n = omp_get_num_threads();
-                const long g0 = (nrows / 8) * ith / n, g1 = (nrows / 8) * (ith + 1) / n;
-                if (m == 0) for (long r = 8 * g0; r < 8 * g1; ++r) one(nb * 256, s_ref + r, 0, w + r * nb, 0, y, 0, 1);
-                if (m == 1) gemv(nb * 256, s_up + 8 * g0, 0, w8 + g0 * nb, y, 1, (int) (8 * (g1 - g0)));
-                if (m == 2) for (long g = g0; g < g1; ++g) gemv_exact_x8(nb, s_new + 8 * g, w8 + g * nb, y);
-                if (m == 3) for (long r = 8 * g0; r < 8 * g1; ++r) stock4(nb * 256, s_up + r, 0, w + r * nb, 0, y, 0, 1);
-            }
-            t[m] = now() - t0;
-        }
-        printf("one %.2f ms (%.1f GB/s)  upstream gemv %.2f ms (%.1f GB/s)  exact x8 %.2f ms (%.1f GB/s)  stock vec_dot %.2f ms (%.1f GB/s)\n",
-               t[0] * 1e3, bytes / t[0] / 1e9, t[1] * 1e3, bytes / t[1] / 1e9, t[2] * 1e3, bytes / t[2] / 1e9,
-               t[3] * 1e3, bytes / t[3] / 1e9);
-    }
+    struct q4_ctx c = { one, stock4, gemv, nb, w, w8, y, s_ref, s_new, s_up };
+    static const char * const names[] = { "engine one-column", "upstream gemv (not exact)", "exact interleaved",
+                                          "stock vec_dot (not exact)" };
+    time_methods(names, 4, reps, nth, nrows / 8, (double) sizeof(block_q4_K) * nb * nrows, q4_method, &c);
     return diff || dsc;
 }
