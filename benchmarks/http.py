@@ -36,12 +36,15 @@ model's chat template rendered by fucina, special tokens parsed, as all three se
   turn (prefix reuse shows here) and the wall time of the whole session.
 
 Reports medians per group and server in ``results.md`` / ``results.json``; run it alone on an idle
-machine (every figure is a ratio measured in this one run).
+machine (every figure is a ratio measured in this one run). Each answer's sha256 is kept, and the report
+counts the speculating servers' answers equal to their plain server's (same request, same repeat): a
+fucina answer that differs is also said on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -78,6 +81,8 @@ class Sample:
     wall: float
     #: This server had served the same request before (a repeat after the first, without ``--fresh``).
     seen: bool = False
+    #: sha256 of the streamed answer (its first 16 hex digits): what :func:`_answers` compares.
+    text_sha: str = ""
 
 
 #: Tokens of ``fucina-xreq``'s cross-request index (the server's ``--cross-request-tokens``).
@@ -260,6 +265,38 @@ PLAIN_OF = {"fucina": "fucina-plain", "fucina-xreq": "fucina-plain", "lcp-pld": 
             "ngram-map-k": "llama-server"}
 
 
+def text_sha(text: str) -> str:
+    """The first 16 hex digits of the answer's sha256: enough to tell two answers apart, not to store them."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _answers(samples: Sequence[dict]) -> dict[str, tuple[int, int]]:
+    """Per speculating server: (answers equal to its plain server's answer to the same request and repeat,
+    answers compared). Samples written before answers were hashed compare nothing."""
+    plain = {(s["server"], s["group"], s["item"], s["repeat"]): s.get("text_sha", "")
+             for s in samples if s["workload"] == "task"}
+    out: dict[str, list[int]] = {}
+    for s in samples:
+        other = plain.get((PLAIN_OF.get(s["server"], ""), s["group"], s["item"], s["repeat"]))
+        if s["workload"] != "task" or not other or not s.get("text_sha"):
+            continue
+        tally = out.setdefault(s["server"], [0, 0])
+        tally[0] += s["text_sha"] == other
+        tally[1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(out.items())}
+
+
+def _answers_table(samples: Sequence[dict]) -> list[str]:
+    got = _answers(samples)
+    if not got:
+        return []
+    lines = ["## Answers equal to the same server's plain answer (same request, same repeat)", "",
+             "| server | equal |", "|---|---:|"]
+    lines += [f"| {k} / {PLAIN_OF[k]} | {eq}/{n} |" for k, (eq, n) in got.items()]
+    return lines + ["", "fucina's servers are lossless: on the exact engine every answer equals its plain server's. "
+                    "llama.cpp's draftless modes and llama-cpp-python's prompt lookup are not.", ""]
+
+
 def _seen(sample: dict) -> bool:
     # Results written before the field existed ran without --fresh: every repeat after the first was seen.
     return bool(sample.get("seen", sample["repeat"] > 0))
@@ -342,7 +379,7 @@ def _markdown(summary: dict, servers: Sequence[str], meta: dict, samples: Sequen
                     cells.append(f"{v[key] / ref:.2f}x")
             lines.append(f"| {g[len(prefix):]} | " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines + _speedup_table(samples, servers))
+    return "\n".join(lines + _speedup_table(samples, servers) + _answers_table(samples))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -442,9 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for t in tasks:
                 prompt = _render(tok, t.prompt)
                 for s in running:  # interleaved: drift hits every server alike
-                    _, n, ttft, tps, wall = request(s, prompt, t.gen)
+                    text, n, ttft, tps, wall = request(s, prompt, t.gen)
                     samples.append(Sample(s.kind, "task", t.group, t.id, rep, len(prompt), n, ttft, tps, wall,
-                                          seen=rep > 0 and not a.fresh))
+                                          seen=rep > 0 and not a.fresh, text_sha=text_sha(text)))
                 print(f"\rrepeat {rep + 1}/{a.repeats} {t.id}", end="", file=sys.stderr, flush=True)
         if sessions and (a.fresh or not running):
             restart()
@@ -473,6 +510,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     "samples": [asdict(s) for s in samples]}, indent=1))
     (a.out / "results.md").write_text(_markdown(summary, servers, meta, [asdict(s) for s in samples]))
     print((a.out / "results.md").read_text())
+    for server, (equal, n) in _answers([asdict(s) for s in samples]).items():
+        if server.startswith("fucina") and equal < n:
+            print(f"{server}: {n - equal} of {n} answers differ from {PLAIN_OF[server]}'s (lossless on the exact "
+                  "engine; on the stock engine streams may part at a near-tie)", file=sys.stderr)
     return 0
 
 

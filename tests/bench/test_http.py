@@ -9,7 +9,7 @@ from benchmarks import http
 
 def _sample(server: str, group: str, item: str, tps: float, repeat: int = 0) -> dict:
     return dict(server=server, workload="task", group=group, item=item, repeat=repeat, prompt_chars=10,
-                tokens=64, ttft=0.1, decode_tps=tps, wall=1.0, seen=repeat > 0)
+                tokens=64, ttft=0.1, decode_tps=tps, wall=1.0, seen=repeat > 0, text_sha="")
 
 
 def test_speedup_is_over_the_same_servers_plain_run_median_of_tasks():
@@ -65,3 +65,26 @@ def test_first_sight_and_seen_before_requests_are_reported_apart():
 def test_fucina_xreq_is_measured_against_fucina_plain():
     assert http.PLAIN_OF["fucina-xreq"] == "fucina-plain"
     assert "fucina-xreq" in http.SERVERS
+
+
+def test_answers_are_compared_with_the_same_servers_plain_answer():
+    sha = http.text_sha
+    # Each repeat is compared with its own plain answer (sampled answers differ between repeats).
+    samples = [dict(_sample("fucina-plain", "g", "a", 10.0, r), text_sha=sha(f"x = {r}")) for r in range(2)]
+    samples += [dict(_sample("fucina", "g", "a", 20.0, 0), text_sha=sha("x = 0")),
+                dict(_sample("fucina", "g", "a", 20.0, 1), text_sha=sha("x = 0"))]  # repeat 1 parted
+    samples += [dict(_sample("llama-server", "g", "a", 10.0), text_sha=sha("y")),
+                dict(_sample("ngram-mod", "g", "a", 15.0), text_sha=sha("y"))]
+    samples += [_sample("ngram-simple", "g", "a", 15.0)]  # written before answers were hashed: not compared
+    assert http._answers(samples) == {"fucina": (1, 2), "ngram-mod": (1, 1)}
+    assert len(sha("x")) == 16 and sha("x") != sha("x ")
+    from dataclasses import fields
+
+    objs = [http.Sample(**{f.name: s[f.name] for f in fields(http.Sample)}) for s in samples]
+    text = http._markdown(http._summary(objs), ["fucina", "fucina-plain", "llama-server", "ngram-mod"],
+                          {"model": "m", "date": "d", "machine": "x", "command": "c"}, samples)
+    assert "| fucina / fucina-plain | 1/2 |" in text
+    assert "| ngram-mod / llama-server | 1/1 |" in text
+    assert "equal" not in http._markdown(http._summary(objs[:1]), ["fucina-plain"],
+                                         {"model": "m", "date": "d", "machine": "x", "command": "c"},
+                                         [{k: v for k, v in samples[0].items() if k != "text_sha"}])
