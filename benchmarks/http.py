@@ -506,11 +506,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # fucina's servers inherit this process's engine choice (FUCINA_ENGINE; auto = patched when built)
             "fucina_engine": os.environ.get("FUCINA_ENGINE", "auto")}
     summary = _summary(samples)
-    (a.out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary,
-                                                    "samples": [asdict(s) for s in samples]}, indent=1))
-    (a.out / "results.md").write_text(_markdown(summary, servers, meta, [asdict(s) for s in samples]))
+    rows = [asdict(s) for s in samples]
+    (a.out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "samples": rows}, indent=1))
+    (a.out / "results.md").write_text(_markdown(summary, servers, meta, rows))
     print((a.out / "results.md").read_text())
-    for server, (equal, n) in _answers([asdict(s) for s in samples]).items():
+    for server, (equal, n) in _answers(rows).items():
         if server.startswith("fucina") and equal < n:
             print(f"{server}: {n - equal} of {n} answers differ from {PLAIN_OF[server]}'s (lossless on the exact "
                   "engine; on the stock engine streams may part at a near-tie)", file=sys.stderr)
