@@ -65,11 +65,13 @@ _PROMPT = ("The harbour archive kept its letters in boxes by year. Each box held
            "family, tied with string, and a card listing the senders. ") * 3
 
 
-def _load(name: str, engine: str, context: int = 0):
+def _load(name: str, engine: str, tokens: int = 0):
+    """``tokens``: the longest prompt the cache must hold (a --context or a --prefill), with room for a
+    64-row forward after it."""
     from fucina.catalog import load_model
 
     # stock: the standard load (no repacking on a CPU with AMX); the exact recipes load without it.
-    return load_model(name, n_ctx=max(2048, context + 256),
+    return load_model(name, n_ctx=max(2048, tokens + 256),
                       use_extra_bufts=None if engine == "stock" else False)
 
 
@@ -128,7 +130,7 @@ def _worker(a: argparse.Namespace) -> int:
     from fucina.engine_selection import active_engine
     from fucina.doctor import check_batch_invariance
 
-    model = _load(a.worker, a.engine, a.context)
+    model = _load(a.worker, a.engine, max(a.context, a.prefill))
     res: dict = {"engine": active_engine().variant, "bufts": bool(model.options.use_extra_bufts)}
     if a.what == "costs":
         res["ms"] = _work_costs(model, a.samples, [int(n) for n in a.ns.split(",")], a.prefill, a.context)
