@@ -348,7 +348,7 @@ def test_a_conversation_learns_in_the_llms_acceptance_model():
 
 def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_snapshots(monkeypatch):
     import fucina.catalog
-    from fucina.prefix_cache import PrefixCache
+    from fucina.prefix_cache import DEFAULT_MAX_BYTES
 
     seen = []
 
@@ -358,7 +358,10 @@ def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_sna
 
     monkeypatch.setattr(fucina.catalog, "load_model", load)
     llm = LLM("some-model", speculative=False, progress=False)
-    assert seen[-1]["n_ctx"] is None and seen[-1]["reserve_bytes"] == PrefixCache.max_bytes
+    assert seen[-1]["n_ctx"] is None and seen[-1]["reserve_bytes"] == DEFAULT_MAX_BYTES
+    assert llm.prefix_cache.max_bytes == DEFAULT_MAX_BYTES
+    LLM("some-model", speculative=False, progress=False, prefix_cache_bytes=2**20)
+    assert seen[-1]["reserve_bytes"] == 2**20  # a smaller budget leaves a default context more room
     assert llm.context_length == 8192
     LLM("some-model", n_ctx=2048, speculative=False, progress=False)
     assert seen[-1]["n_ctx"] == 2048 and seen[-1]["reserve_bytes"] == 0  # a named size is used as given

@@ -35,7 +35,7 @@ from fucina.context_size import ContextChoice, requested_context
 from fucina.errors import ChatTemplateMissing, ContextLengthExceeded, InvalidOption
 from fucina.grammar import sampler_for
 from fucina.plain import PlainDecoder
-from fucina.prefix_cache import PrefixCache
+from fucina.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, check_limit
 from fucina.logprobs import LogprobRecorder
 from fucina.results import (Completion, CompletionChunk, FinishReason, SpeculationReport,
                             Timings, Usage)
@@ -84,6 +84,9 @@ class LLM:
             that ship none.
         name: the model id reported (default: the short name or the file stem).
         progress: print calibration progress on stderr.
+        prefix_cache_bytes: most bytes of KV-cache snapshots kept between calls, so a prompt sent
+            again (or a conversation resumed after others) is not read again (:mod:`fucina.prefix_cache`;
+            default 1 GiB; 0 keeps only the live cache). A default context leaves room for them.
 
     Raises :class:`~fucina.errors.ModelNotFound`, :class:`~fucina.errors.ModelLoadError` or
     :class:`~fucina.errors.InvalidOption` at construction. One LLM runs one generation at a time;
@@ -104,6 +107,7 @@ class LLM:
         chat_template: str | None = None,
         name: str | None = None,
         progress: bool = True,
+        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         if not isinstance(speculative, bool):
             raise InvalidOption(f"speculative must be a bool, got {speculative!r}", param="speculative")
@@ -117,6 +121,7 @@ class LLM:
         if chat_template is not None and not isinstance(chat_template, str):
             raise InvalidOption("chat_template must be a string or None", param="chat_template")
         self._progress = progress
+        check_limit(prefix_cache_bytes, param="prefix_cache_bytes")  # before the model loads
         if exact is None:
             from fucina.engine_selection import exact_by_default
 
@@ -134,14 +139,14 @@ class LLM:
             # A chosen context leaves room for the prefix snapshots the LLM keeps beside the KV cache.
             self.model = load_model(None if model is None else str(model), n_ctx=n_ctx, n_threads=n_threads,
                                     use_extra_bufts=False if exact else repack,
-                                    reserve_bytes=PrefixCache.max_bytes if n_ctx is None else 0)
+                                    reserve_bytes=prefix_cache_bytes if n_ctx is None else 0)
             self.name = name or model_id(model)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
         #: Builds this LLM's speculative decoders; its AcceptanceModel is shared by every call (and conversation).
         self._decoders: DecoderFactory | None = None
         #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
-        self.prefix_cache = PrefixCache(self.model)
+        self.prefix_cache = PrefixCache(self.model, max_bytes=prefix_cache_bytes)
         self._cost_source = cost_table
         self._table: CostTable | None = cost_table if isinstance(cost_table, CostTable) else None
         self._spec_options = spec_options

@@ -83,7 +83,11 @@ def test_run_logs_one_startup_line_and_serves(monkeypatch, caplog):
 
     llm = make_llm()
     seen = {}
-    monkeypatch.setattr(serve_cli, "llm_from_args", lambda args, speculative: (seen.setdefault("spec", speculative), llm)[1])
+    def fake_llm(args, speculative, prefix_cache_bytes):
+        seen.update(spec=speculative, prefix=prefix_cache_bytes)
+        return llm
+
+    monkeypatch.setattr(serve_cli, "llm_from_args", fake_llm)
 
     def fake_run(self, sockets=None):
         seen["sockets"] = sockets
@@ -98,6 +102,17 @@ def test_run_logs_one_startup_line_and_serves(monkeypatch, caplog):
     assert "http://127.0.0.1:" in lines[0] and "/v1 model=fake level=exact speculation=on" in lines[0]
     assert "(API key required)" in lines[0] and port is None  # the socket was closed after serving
     assert seen["spec"] is True and seen["app"].state.fucina.settings.api_keys == ("k",)
+    assert seen["prefix"] == 2**30  # the prefix cache's default budget, 1 GiB
+
+
+def test_prefix_cache_flag(capsys):
+    from fucina.cli import main
+
+    assert parse().prefix_cache_mb == 1024 and parse("--prefix-cache-mb", "0").prefix_cache_mb == 0
+    assert parse("--prefix-cache-mb", "4096").prefix_cache_mb == 4096
+    assert main(["serve", "--prefix-cache-mb", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--prefix-cache-mb" in err and "\n" not in err and "Traceback" not in err
 
 
 def test_the_context_defaults_to_the_models_and_a_bad_ctx_is_one_line(capsys):
@@ -136,7 +151,7 @@ def test_run_logs_the_context_and_the_served_names(monkeypatch, caplog):
     import uvicorn
 
     llm = make_llm()
-    monkeypatch.setattr(serve_cli, "llm_from_args", lambda args, speculative: llm)
+    monkeypatch.setattr(serve_cli, "llm_from_args", lambda args, speculative, prefix_cache_bytes: llm)
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     with caplog.at_level(logging.INFO, logger="fucina.server"):
         assert serve_cli.run(parse("--port", "0", "--served-model-name", "a", "b")) == 0

@@ -82,6 +82,45 @@ def test_slots_are_bounded_in_count_and_bytes():
     assert sum(b for _, b in llm.prefix_slots()) <= llm.prefix_cache.max_bytes
 
 
+def _dozen_sent_twice(llm):
+    """Twelve different prompts, then each again (a server's clients sending their requests again)."""
+    docs = [f"request {i}: " + ("lorem ipsum dolor sit amet " if i % 2 else "sed ut perspiciatis unde ") * (3 + i % 4)
+            for i in range(12)]
+    first = [llm.complete(d, max_tokens=8, temperature=0) for d in docs]
+    again = [llm.complete(d, max_tokens=8, temperature=0) for d in docs]
+    return docs, first, again
+
+
+def test_a_dozen_prompts_sent_again_each_reuse_their_prefix():
+    llm = make_llm()
+    docs, first, again = _dozen_sent_twice(llm)
+    for d, a, b in zip(docs, first, again):
+        assert b.usage.cached_tokens == len(llm.tokenize(d)) - 1  # all but the token that gives the first logits
+        assert b.token_ids == a.token_ids
+    # Control: at the budget the default had before (4 slots), each came back after its slot was dropped.
+    small = make_llm()
+    small.prefix_cache.max_slots = 4
+    _, _, cold = _dozen_sent_twice(small)
+    assert all(r.usage.cached_tokens < 16 for r in cold)
+
+
+def test_prefix_budgets_are_checked():
+    from fucina import LLM
+    from fucina.errors import InvalidOption
+    from fucina.prefix_cache import PrefixCache
+
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(InvalidOption) as exc:
+            LLM(FakeModel(seed=1), speculative=False, progress=False, prefix_cache_bytes=bad)
+        assert exc.value.param == "prefix_cache_bytes"
+        with pytest.raises(InvalidOption) as exc:
+            PrefixCache(FakeModel(seed=1), max_slots=bad)
+        assert exc.value.param == "max_slots"
+    llm = LLM(FakeModel(seed=1), speculative=False, progress=False, prefix_cache_bytes=0)
+    docs, _, again = _dozen_sent_twice(llm)
+    assert llm.prefix_slots() == [] and all(r.usage.cached_tokens < 16 for r in again)
+
+
 def test_a_failed_restore_falls_back_to_a_cold_start():
     llm = make_llm()
     out, prompts = _interleave(llm)

@@ -24,6 +24,7 @@ log = logging.getLogger("fucina.server")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand."""
+    from fucina.prefix_cache import DEFAULT_MAX_BYTES
     from fucina.server.settings import DEFAULT_MAX_QUEUE
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat and completions, streaming)",
@@ -45,6 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cross-request-tokens", type=positive_int, default=0, metavar="N",
                    help="keep each tenant's (API key's) earlier prompts and outputs, up to N tokens, "
                         "and draft its later requests from them; never across tenants (default 0: off)")
+    p.add_argument("--prefix-cache-mb", type=positive_int, default=DEFAULT_MAX_BYTES // 2**20, metavar="MB",
+                   help="KV-cache snapshots kept between requests, so a prompt sent again or a conversation resumed "
+                        f"after others is not read again (default {DEFAULT_MAX_BYTES // 2**20}; 0: the last "
+                        "request's only)")
     p.add_argument("--index-dir", metavar="DIR",
                    help="persist the cross-request indexes in DIR across restarts (needs --cross-request-tokens)")
     p.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     _configure_logging()
     sock = _bind(settings.host, settings.port)
     try:
-        llm = llm_from_args(args, speculative=not args.no_spec)
+        llm = llm_from_args(args, speculative=not args.no_spec, prefix_cache_bytes=args.prefix_cache_mb * 2**20)
         try:
             app = create_app(llm, settings)
             state = app.state.fucina
