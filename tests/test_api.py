@@ -348,6 +348,7 @@ def test_a_conversation_learns_in_the_llms_acceptance_model():
 
 def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_snapshots(monkeypatch):
     import fucina.catalog
+    from fucina.context_size import ContextChoice
     from fucina.prefix_cache import DEFAULT_MAX_BYTES
 
     seen = []
@@ -367,6 +368,12 @@ def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_sna
     assert seen[-1]["n_ctx"] == 2048 and seen[-1]["reserve_bytes"] == 0  # a named size is used as given
     c = make_llm(ctx=1024).context_choice  # a model object: its own context, as its maker asked
     assert (c.n_ctx, c.reason) == (1024, "requested")
+    # Where memory is short the context's choice sets aside less, and the snapshots keep to that.
+    granted = ContextChoice(8192, "memory", 32768, reserve_bytes=5 * 2**20)
+    monkeypatch.setattr(fucina.catalog, "load_model",
+                        lambda model, **options: setattr(m := FakeModel(context_length=8192), "context_choice", granted) or m)
+    assert LLM("some-model", speculative=False, progress=False).prefix_cache.max_bytes == 5 * 2**20
+    assert LLM("some-model", n_ctx=8192, speculative=False, progress=False).prefix_cache.max_bytes == DEFAULT_MAX_BYTES
 
 
 def test_context_length_exceeded_carries_the_numbers():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fucina.context_size import (CTX_STEP, FALLBACK_CTX, MAX_AUTO_CTX, MIN_AUTO_CTX, ContextChoice, KvLayout,
-                                 choose_context, mem_available_bytes, requested_context)
+from fucina.context_size import (CTX_STEP, FALLBACK_CTX, MAX_AUTO_CTX, MIN_AUTO_CTX, RESERVE_SHARE, ContextChoice,
+                                 KvLayout, choose_context, mem_available_bytes, requested_context)
 from fucina.errors import InvalidOption
 
 MiB = 2**20
@@ -34,21 +34,35 @@ def test_the_trained_context_when_it_fits():
 
 def test_memory_caps_it_at_half_of_what_is_available_after_weights_and_reserve():
     per_token = SMOL.kv_bytes_per_token + SMOL.scratch_bytes_per_token(512)  # 41472 bytes
-    avail, weights, reserve = 2 * GiB, 500 * MiB, 256 * MiB
+    avail, weights, reserve = 4 * GiB, 500 * MiB, 256 * MiB
     c = choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights, reserve_bytes=reserve)
     budget = (avail - weights) // 2 - reserve
-    assert c.reason == "memory" and c.budget_bytes == budget
+    assert c.reason == "memory" and c.budget_bytes == budget and c.reserve_bytes == reserve
     assert c.n_ctx % CTX_STEP == 0 and c.n_ctx * per_token <= budget < (c.n_ctx + CTX_STEP) * per_token
-    assert c.n_ctx == 13056  # ((2 GiB - 500 MiB) / 2 - 256 MiB) = 518 MiB over 41472 bytes a token, to 256s
+    assert c.n_ctx == 38912  # ((4 GiB - 500 MiB) / 2 - 256 MiB) = 1542 MiB over 41472 bytes a token, to 256s
     text = c.describe()
     assert "memory" in text and "131072" in text and "--ctx" in text
     # More memory, a longer context; a bigger reserve, a shorter one.
-    assert choose_context(trained=131072, layout=SMOL, mem_available=4 * GiB).n_ctx > c.n_ctx
+    assert choose_context(trained=131072, layout=SMOL, mem_available=8 * GiB).n_ctx > c.n_ctx
     assert choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights,
                           reserve_bytes=reserve + 100 * MiB).n_ctx < c.n_ctx
     # A smaller share of the memory, a shorter context.
     assert choose_context(trained=131072, layout=SMOL, mem_available=avail, fraction=0.25).n_ctx < \
         choose_context(trained=131072, layout=SMOL, mem_available=avail).n_ctx
+
+
+def test_a_reserve_takes_at_most_a_quarter_of_the_memory_left_after_the_weights():
+    avail, weights = 2 * GiB, 500 * MiB
+    free = (avail - weights) // 2  # 774 MiB for the context and the reserve together
+    c = choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights, reserve_bytes=GiB)
+    assert c.reserve_bytes == int(free * RESERVE_SHARE) < GiB and c.budget_bytes == free - c.reserve_bytes
+    assert c.n_ctx == 14592  # 580.5 MiB over 41472 bytes a token, to 256s: the context is not starved
+    huge = choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights, reserve_bytes=8 * GiB)
+    assert (huge.n_ctx, huge.reserve_bytes) == (c.n_ctx, c.reserve_bytes)
+    small = choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights,
+                           reserve_bytes=64 * MiB)
+    assert small.reserve_bytes == 64 * MiB and small.n_ctx > c.n_ctx  # a reserve under the share is kept whole
+    assert choose_context(trained=131072, layout=SMOL, mem_available=None, reserve_bytes=GiB).reserve_bytes is None
 
 
 def test_a_larger_batch_costs_more_scratch_per_token():

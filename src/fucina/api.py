@@ -84,9 +84,8 @@ class LLM:
             that ship none.
         name: the model id reported (default: the short name or the file stem).
         progress: print calibration progress on stderr.
-        prefix_cache_bytes: most bytes of KV-cache snapshots kept between calls, so a prompt sent
-            again (or a conversation resumed after others) is not read again (:mod:`fucina.prefix_cache`;
-            default 1 GiB; 0 keeps only the live cache). A default context leaves room for them.
+        prefix_cache_bytes: most bytes of KV-cache snapshots kept between calls, so a prompt sent again is
+            not read again (:mod:`fucina.prefix_cache`; default 1 GiB, less where a default context leaves less).
 
     Raises :class:`~fucina.errors.ModelNotFound`, :class:`~fucina.errors.ModelLoadError` or
     :class:`~fucina.errors.InvalidOption` at construction. One LLM runs one generation at a time;
@@ -146,7 +145,9 @@ class LLM:
         #: Builds this LLM's speculative decoders; its AcceptanceModel is shared by every call (and conversation).
         self._decoders: DecoderFactory | None = None
         #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
-        self.prefix_cache = PrefixCache(self.model, max_bytes=prefix_cache_bytes)
+        granted = getattr(getattr(self.model, "context_choice", None), "reserve_bytes", None)  # what it set aside
+        budget = prefix_cache_bytes if n_ctx is not None or granted is None else min(prefix_cache_bytes, granted)
+        self.prefix_cache = PrefixCache(self.model, max_bytes=budget)
         self._cost_source = cost_table
         self._table: CostTable | None = cost_table if isinstance(cost_table, CostTable) else None
         self._spec_options = spec_options

@@ -4,7 +4,8 @@ The default is the context the model was trained on (GGUF ``<arch>.context_lengt
 this machine can hold: a context of n tokens costs n times the KV cache's bytes per token (every
 layer's K and V rows, f16) plus the attention scratch llama.cpp sizes for it (one f32 score per head,
 batch row and cached token, since fucina runs without flash attention), and the caller's own reserve
-(the prefix snapshots :class:`fucina.LLM` keeps) comes on top. All of it must fit in a fraction
+(the prefix snapshots :class:`fucina.LLM` keeps, at most :data:`RESERVE_SHARE` of the memory left for
+both) comes on top. All of it must fit in a fraction
 (:data:`MEMORY_FRACTION`) of the memory the kernel says is available (``MemAvailable``) once the
 weights are counted, so the machine keeps room for everything else. Past :data:`MAX_AUTO_CTX` the
 default stops growing whatever the memory (a prompt that long takes hours to evaluate on a CPU); an
@@ -22,8 +23,8 @@ from typing import Literal
 
 from fucina.errors import InvalidOption
 
-__all__ = ["ContextChoice", "KvLayout", "MAX_AUTO_CTX", "MEMORY_FRACTION", "MIN_AUTO_CTX", "choose_context",
-           "mem_available_bytes", "requested_context"]
+__all__ = ["ContextChoice", "KvLayout", "MAX_AUTO_CTX", "MEMORY_FRACTION", "MIN_AUTO_CTX", "RESERVE_SHARE",
+           "choose_context", "mem_available_bytes", "requested_context"]
 
 #: The largest context chosen by default (an explicit size may be larger).
 MAX_AUTO_CTX = 131072
@@ -33,6 +34,9 @@ MIN_AUTO_CTX = 512
 MEMORY_FRACTION = 0.5
 #: A memory-capped context is rounded down to a multiple of this (llama.cpp pads the KV cache to 256).
 CTX_STEP = 256
+#: The most a caller's reserve may take of the memory a default context and the reserve share: on a
+#: machine with little memory to spare the reserve shrinks, not the context to nothing.
+RESERVE_SHARE = 0.25
 #: The context used when the model does not say what it was trained on.
 FALLBACK_CTX = 4096
 
@@ -92,6 +96,8 @@ class ContextChoice:
     bytes_per_token: int = 0
     #: Bytes available for the context (None: not measured).
     budget_bytes: int | None = None
+    #: Bytes set aside for the caller's reserve, at most what it asked (None: not measured).
+    reserve_bytes: int | None = None
 
     def describe(self) -> str:
         """One line for a log: the size and why, e.g. ``8192 tokens (the model's trained context)``."""
@@ -126,7 +132,8 @@ def choose_context(*, trained: int, layout: KvLayout | None, mem_available: int 
         layout: the KV cache's shape (None: unknown, so memory is not checked).
         mem_available: bytes the kernel says are available (``MemAvailable``; None: unknown).
         weights_bytes: the model's weights (its file); counted as used, since they must stay resident.
-        reserve_bytes: what the caller holds beside the KV cache (prefix snapshots).
+        reserve_bytes: what the caller would hold beside the KV cache (prefix snapshots); it gets at
+            most :data:`RESERVE_SHARE` of the memory left after the weights (the choice's ``reserve_bytes``).
         n_batch: rows per forward (the attention scratch grows with it).
         fraction: the share of the memory left after the weights that the context may take.
         max_ctx: the largest default.
@@ -142,12 +149,15 @@ def choose_context(*, trained: int, layout: KvLayout | None, mem_available: int 
     per_token = _per_token(layout, n_batch)
     if mem_available is None or not per_token:
         return ContextChoice(want, reason, trained, bytes_per_token=per_token)
-    budget = max(0, int((max(0, mem_available - weights_bytes)) * fraction) - max(0, reserve_bytes))
+    free = int(max(0, mem_available - weights_bytes) * fraction)
+    reserve = min(max(0, reserve_bytes), int(free * RESERVE_SHARE))
+    budget = free - reserve
     limit = budget // per_token
     if limit < want:
         floor = min(want, MIN_AUTO_CTX)
         want, reason = max(floor, limit // CTX_STEP * CTX_STEP), "memory"
-    return ContextChoice(want, reason, trained, memory_limit=limit, bytes_per_token=per_token, budget_bytes=budget)
+    return ContextChoice(want, reason, trained, memory_limit=limit, bytes_per_token=per_token, budget_bytes=budget,
+                         reserve_bytes=reserve)
 
 
 def mem_available_bytes(meminfo: str | Path = "/proc/meminfo") -> int | None:
