@@ -159,4 +159,5 @@ def test_run_logs_the_context_and_the_served_names(monkeypatch, caplog):
     assert [m for m in said if m.startswith("context ")] == [f"context {llm.context_choice.describe()}"]
     assert "context 4096 tokens (as requested" in said[said.index(f"context {llm.context_choice.describe()}")]
     assert "served model names: a, b, fake" in said
+    assert "prefix cache: up to 1024 MiB of earlier prompts' KV cache (--prefix-cache-mb)" in said
     assert any("model=a " in m for m in said if m.startswith("fucina serve:"))

@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
             log.info("fucina serve: http://%s:%d/v1 model=%s level=%s speculation=%s%s", shown, port, state.model_id,
                      state.level, "off" if args.no_spec else "on", " (API key required)" if settings.api_keys else "")
             log.info("context %s", llm.context_choice.describe())
+            log.info("prefix cache: up to %d MiB of earlier prompts' KV cache (--prefix-cache-mb)",
+                     llm.prefix_cache.max_bytes // 2**20)
             if len(state.model_ids) > 1:
                 log.info("served model names: %s", ", ".join(state.model_ids))
             if state.tenants is not None:
