@@ -129,7 +129,10 @@ class PrefixCache:
         if (snapshot is None or not hasattr(self.model, "restore") or self.max_slots < 1
                 or len(cached) - keep < self.min_tokens):
             return
+        size = getattr(self.model, "snapshot_nbytes", None)
         try:
+            if size is not None and size() > self.max_bytes:
+                return  # it could not be kept: not worth the copy (a long context's is hundreds of MB)
             snap = snapshot()
         except FucinaError:
             return

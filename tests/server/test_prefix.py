@@ -104,6 +104,19 @@ def test_a_dozen_prompts_sent_again_each_reuse_their_prefix():
     assert all(r.usage.cached_tokens < 16 for r in cold)
 
 
+def test_a_snapshot_too_big_to_keep_is_not_taken():
+    llm = make_llm()
+    taken = []
+    real = llm.model.snapshot
+    llm.model.snapshot = lambda: taken.append(1) or real()
+    llm.complete("a first document, long enough to be saved " * 3, max_tokens=8, temperature=0)
+    llm.complete("something else entirely, which drops it " * 3, max_tokens=8, temperature=0)
+    assert len(taken) == 1 and len(llm.prefix_slots()) == 1  # control: saved when it fits
+    llm.prefix_cache.max_bytes = llm.model.snapshot_nbytes() - 1  # the live cache no longer fits
+    llm.complete("a third request, unlike both " * 3, max_tokens=8, temperature=0)
+    assert len(taken) == 1
+
+
 def test_prefix_budgets_are_checked():
     from fucina import LLM
     from fucina.errors import InvalidOption

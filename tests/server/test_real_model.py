@@ -62,9 +62,11 @@ def test_llama_snapshot_restores_the_cache_bit_for_bit(engine):
     text = "The history of the printing press begins in the fifteenth century. " * 40
     ids = m.tokenize(text)[:256]
     m.forward_step(ids)
+    expected = m.snapshot_nbytes()
     t0 = time.perf_counter()
     snap = m.snapshot()
     t_save = time.perf_counter() - t0
+    assert snap.nbytes == expected  # the size the prefix cache checks before it takes one
     want = np.array(m.forward_step([ids[-1], 42, 43]), copy=True)
     m.reset()
     m.forward_step(m.tokenize("something unrelated " * 20))

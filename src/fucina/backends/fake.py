@@ -99,6 +99,10 @@ class FakeModel:
         """A copy of the cache (its token ids); :meth:`restore` makes the cache hold them again."""
         return np.array(self._tokens, dtype=np.int64)
 
+    def snapshot_nbytes(self) -> int:
+        """The bytes a :meth:`snapshot` taken now would hold."""
+        return 8 * len(self._tokens)
+
     def restore(self, snapshot: np.ndarray) -> None:
         """Replace the cache with one taken by :meth:`snapshot` (the snapshot stays usable)."""
         self._tokens = [int(t) for t in snapshot]

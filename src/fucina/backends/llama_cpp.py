@@ -329,6 +329,10 @@ class LlamaModel(LlamaVocab):
             raise DecodeError(f"llama.cpp wrote {n} of the {size} bytes of a cache snapshot")
         return buf
 
+    def snapshot_nbytes(self) -> int:
+        """The bytes a :meth:`snapshot` taken now would hold, without taking it."""
+        return int(_ll.llama_state_seq_get_size(self._ctx, 0))
+
     def restore(self, snapshot: np.ndarray) -> None:
         """Replace the cache with a :meth:`snapshot` of this model (the snapshot stays usable).
 
