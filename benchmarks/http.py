@@ -358,7 +358,7 @@ def _markdown(summary: dict, servers: Sequence[str], meta: dict, samples: Sequen
     if meta.get("fucina_engine"):
         lines += [f"fucina's engine: `FUCINA_ENGINE={meta['fucina_engine']}`", ""]
     lines += [f"Ratios to `{base}` (medians).", ""]
-    tables = (("task:", "decode_tps", "Decode speed (tok/s ratio; higher is faster)", False),
+    tables = (("task:", "decode_tps", "Decode speed, every repeat pooled (tok/s ratio; higher is faster; first sight and served before apart below)", False),
               ("turn:", "ttft", "Time to first token per agent turn (ms; turn1 = cold, turnn = later turns)", True),
               ("session:", "wall", "Wall time of a whole agent session (ratio; lower is faster)", False))
     for prefix, key, title, absolute in tables:
