@@ -374,6 +374,8 @@ def test_the_context_is_the_models_by_default_and_leaves_room_for_the_prefix_sna
                         lambda model, **options: setattr(m := FakeModel(context_length=8192), "context_choice", granted) or m)
     assert LLM("some-model", speculative=False, progress=False).prefix_cache.max_bytes == 5 * 2**20
     assert LLM("some-model", n_ctx=8192, speculative=False, progress=False).prefix_cache.max_bytes == DEFAULT_MAX_BYTES
+    loaded = fucina.catalog.load_model("some-model")  # a model the caller loaded: its choice set nothing aside for us
+    assert LLM(loaded, speculative=False, progress=False).prefix_cache.max_bytes == DEFAULT_MAX_BYTES
 
 
 def test_context_length_exceeded_carries_the_numbers():

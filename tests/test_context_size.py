@@ -63,6 +63,11 @@ def test_a_reserve_takes_at_most_a_quarter_of_the_memory_left_after_the_weights(
                            reserve_bytes=64 * MiB)
     assert small.reserve_bytes == 64 * MiB and small.n_ctx > c.n_ctx  # a reserve under the share is kept whole
     assert choose_context(trained=131072, layout=SMOL, mem_available=None, reserve_bytes=GiB).reserve_bytes is None
+    # What the context costs whatever its length (a batch of logits) is counted whole, never shrunk like a reserve.
+    fixed = choose_context(trained=131072, layout=SMOL, mem_available=avail, weights_bytes=weights, reserve_bytes=GiB,
+                           fixed_bytes=100 * MiB)
+    assert fixed.reserve_bytes == int((free - 100 * MiB) * RESERVE_SHARE)
+    assert fixed.budget_bytes == free - 100 * MiB - fixed.reserve_bytes
 
 
 def test_a_larger_batch_costs_more_scratch_per_token():

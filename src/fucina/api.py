@@ -84,8 +84,7 @@ class LLM:
             that ship none.
         name: the model id reported (default: the short name or the file stem).
         progress: print calibration progress on stderr.
-        prefix_cache_bytes: most bytes of KV-cache snapshots kept between calls, so a prompt sent again is
-            not read again (:mod:`fucina.prefix_cache`; default 1 GiB, less where a default context leaves less).
+        prefix_cache_bytes: KV-cache snapshots kept between calls, in bytes (default 1 GiB; less if memory is short).
 
     Raises :class:`~fucina.errors.ModelNotFound`, :class:`~fucina.errors.ModelLoadError` or
     :class:`~fucina.errors.InvalidOption` at construction. One LLM runs one generation at a time;
@@ -130,24 +129,24 @@ class LLM:
         self.speculative = speculative
         self.chat_template = chat_template
         if hasattr(model, "forward_step"):
-            self.model = model
+            self.model, prefix_budget = model, prefix_cache_bytes
             self.name = name or type(model).__name__
         else:
             from fucina.catalog import load_model, model_id
 
-            # A chosen context leaves room for the prefix snapshots the LLM keeps beside the KV cache.
+            # A chosen context leaves room for the prefix snapshots; the room it set aside is their budget.
             self.model = load_model(None if model is None else str(model), n_ctx=n_ctx, n_threads=n_threads,
                                     use_extra_bufts=False if exact else repack,
                                     reserve_bytes=prefix_cache_bytes if n_ctx is None else 0)
             self.name = name or model_id(model)
+            granted = None if n_ctx is not None else self.context_choice.reserve_bytes  # what it set aside
+            prefix_budget = prefix_cache_bytes if granted is None else min(prefix_cache_bytes, granted)
         self._lock = threading.Lock()
         self._active: tuple[Iterator, int] | None = None
         #: Builds this LLM's speculative decoders; its AcceptanceModel is shared by every call (and conversation).
         self._decoders: DecoderFactory | None = None
         #: The KV-cache prefix kept between calls (:mod:`fucina.prefix_cache`).
-        granted = getattr(getattr(self.model, "context_choice", None), "reserve_bytes", None)  # what it set aside
-        budget = prefix_cache_bytes if n_ctx is not None or granted is None else min(prefix_cache_bytes, granted)
-        self.prefix_cache = PrefixCache(self.model, max_bytes=budget)
+        self.prefix_cache = PrefixCache(self.model, max_bytes=prefix_budget)
         self._cost_source = cost_table
         self._table: CostTable | None = cost_table if isinstance(cost_table, CostTable) else None
         self._spec_options = spec_options

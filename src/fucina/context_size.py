@@ -123,7 +123,7 @@ def requested_context(n_ctx: int, *, trained: int = 0, layout: KvLayout | None =
 
 
 def choose_context(*, trained: int, layout: KvLayout | None, mem_available: int | None, weights_bytes: int = 0,
-                   reserve_bytes: int = 0, n_batch: int = 512, fraction: float = MEMORY_FRACTION,
+                   reserve_bytes: int = 0, fixed_bytes: int = 0, n_batch: int = 512, fraction: float = MEMORY_FRACTION,
                    max_ctx: int = MAX_AUTO_CTX) -> ContextChoice:
     """The default context of a model trained on ``trained`` tokens (0: unknown) on this machine.
 
@@ -134,6 +134,8 @@ def choose_context(*, trained: int, layout: KvLayout | None, mem_available: int 
         weights_bytes: the model's weights (its file); counted as used, since they must stay resident.
         reserve_bytes: what the caller would hold beside the KV cache (prefix snapshots); it gets at
             most :data:`RESERVE_SHARE` of the memory left after the weights (the choice's ``reserve_bytes``).
+        fixed_bytes: what the context costs whatever its length (llama.cpp's batch of logits rows),
+            counted whole.
         n_batch: rows per forward (the attention scratch grows with it).
         fraction: the share of the memory left after the weights that the context may take.
         max_ctx: the largest default.
@@ -149,7 +151,7 @@ def choose_context(*, trained: int, layout: KvLayout | None, mem_available: int 
     per_token = _per_token(layout, n_batch)
     if mem_available is None or not per_token:
         return ContextChoice(want, reason, trained, bytes_per_token=per_token)
-    free = int(max(0, mem_available - weights_bytes) * fraction)
+    free = max(0, int(max(0, mem_available - weights_bytes) * fraction) - max(0, fixed_bytes))
     reserve = min(max(0, reserve_bytes), int(free * RESERVE_SHARE))
     budget = free - reserve
     limit = budget // per_token

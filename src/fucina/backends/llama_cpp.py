@@ -292,7 +292,7 @@ class LlamaModel(LlamaVocab):
         # llama.cpp's compute buffer also holds a whole batch's logits rows (f32), whatever the context.
         logits = self.vocab_size * n_batch * 4
         return choose_context(trained=self.n_ctx_train, layout=layout, mem_available=mem_available_bytes(),
-                              weights_bytes=self.path.stat().st_size, reserve_bytes=opts.reserve_bytes + logits,
+                              weights_bytes=self.path.stat().st_size, reserve_bytes=opts.reserve_bytes, fixed_bytes=logits,
                               n_batch=n_batch)
 
     # -- cache -------------------------------------------------------------------------------
