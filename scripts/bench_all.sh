@@ -65,9 +65,10 @@ FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-g
   --out "$OUT/http-stock-fresh"
 FUCINA_ENGINE=stock python -m benchmarks.http --tasks "$OUT/tasks.jsonl" --per-group 1 --repeats 3 \
   --servers fucina,fucina-xreq,fucina-plain,llama-server,ngram-mod --llama-server "$LS" --out "$OUT/http-stock-warm"
-# Real models: Qwen2.5-Coder 1.5B (`fucina pull qwen2.5-coder-1.5b` first; skipped when it is not there).
-if python -c "from fucina.catalog import resolve_model; resolve_model('qwen2.5-coder-1.5b')" 2>/dev/null; then
-  Q=qwen2.5-coder-1.5b
+# Real models: Qwen2.5-Coder 1.5B and 0.5B (`fucina pull NAME` first; a model not pulled is skipped).
+pulled() { python -c "from fucina.catalog import resolve_model; resolve_model('$1')" 2>/dev/null; }
+real_model_suite() {
+  local Q=$1
   fucina calibrate "$Q" --repeats 5 --out "$OUT/cost-$Q.json" > "$OUT/cost-$Q.txt"
   fucina bench --tasks "$OUT/tasks.jsonl" --model "$Q" --repeats 3 --methods plain,fucina,plain_again,oracle \
     --out "$OUT/suite-$Q"
@@ -81,6 +82,13 @@ if python -c "from fucina.catalog import resolve_model; resolve_model('qwen2.5-c
   python -m benchmarks.streams --tasks "$OUT/tasks.jsonl" --model "$Q" --out "$OUT/streams-$Q.jsonl"
   python -m benchmarks.replay --streams "$OUT/streams-$Q.jsonl" --no-synthetic --cost-table "$OUT/cost-$Q.json" \
     --per-task --budget 63 > "$OUT/replay-streams-$Q.txt"
+}
+if pulled qwen2.5-coder-0.5b; then
+  real_model_suite qwen2.5-coder-0.5b
+fi
+if pulled qwen2.5-coder-1.5b; then
+  Q=qwen2.5-coder-1.5b
+  real_model_suite "$Q"
   # llama.cpp's draftless modes on the copy-shaped groups, 3 tasks each, through HTTP.
   python - "$OUT/tasks.jsonl" > "$OUT/tasks-peers.jsonl" <<'PY'
 import json, sys
